@@ -1,0 +1,38 @@
+"""Where the repository's data folders are, in a source checkout and in an installed wheel.
+
+`kernels/`, `hardware/` and `conf/` live at the top of the repository (they are data, not
+import packages). An editable install reads them there; a wheel carries copies under
+`evoteam/_data/` (see pyproject.toml), so the same code works from any working directory.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@cache
+def data_root() -> Path:
+    bundled = _PACKAGE_DIR / "_data"
+    if (bundled / "kernels").is_dir():
+        return bundled
+    checkout = _PACKAGE_DIR.parent
+    if (checkout / "kernels").is_dir():
+        return checkout
+    raise FileNotFoundError(
+        f"evoteam data folders not found next to {_PACKAGE_DIR}: reinstall evoteam (pip install .)"
+    )
+
+
+def kernels_dir() -> Path:
+    return data_root() / "kernels"
+
+
+def hardware_dir() -> Path:
+    return data_root() / "hardware"
+
+
+def conf_dir() -> Path:
+    return data_root() / "conf"

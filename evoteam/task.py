@@ -1,0 +1,172 @@
+"""A kernel task: its definition, workloads, input maker, reference and seed kernel.
+
+Each task is a folder `kernels/<name>/` (data, not an import package) holding:
+  definition.json   FlashInfer-Trace definition; its "reference" field is filled from reference.py
+  workloads.jsonl   FlashInfer-Trace workload traces (one JSON object per line)
+  reference.py      `run(<inputs in definition order>) -> tuple of outputs`, exact, fp32 accumulate
+  task.py           the task's own logic, module-level functions:
+                      scaled_workloads(workloads, scale) -> list[Workload]
+                          the workloads to run at a problem scale ("full" or "small"); "small" is a
+                          subset with a scaled-down problem for CPU runs (axes may be rewritten)
+                      make_inputs(workload, generator, device) -> dict[name, Tensor | scalar]
+                          fresh random data from `generator`; index structure deterministic per workload
+                      TOLERANCES: dict[output name, Tolerance]   (optional per-output overrides)
+  seed_triton.py    `run(**inputs, **outputs)`: the simple, correct seed kernel (destination-passing)
+
+Kernel calling convention (candidates, seeds, baselines): `entry(**inputs, **outputs)`; inputs and
+outputs by the definition's names; the kernel writes every element of every output.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from evoteam import resources
+from evoteam.schema import Definition, Trace, Workload, read_jsonl
+
+SCALES = ("full", "small")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Element-wise |out - ref| <= atol + rtol * |ref|, plus ||out - ref|| / ||ref|| <= max_rel_norm."""
+
+    atol: float
+    rtol: float
+    max_rel_norm: float
+
+
+# Defaults by output dtype. bf16 follows flashinfer-bench (atol = rtol = 1e-2); the relative-norm
+# bound catches an output that is wrong everywhere by a little less than the element-wise bound.
+DTYPE_TOLERANCES = {
+    "bfloat16": Tolerance(atol=1e-2, rtol=1e-2, max_rel_norm=1e-2),
+    "float16": Tolerance(atol=1e-3, rtol=1e-3, max_rel_norm=2e-3),
+    "float32": Tolerance(atol=1e-4, rtol=1e-4, max_rel_norm=1e-4),
+}
+
+
+def load_module_from_path(path: Path, name: str | None = None) -> ModuleType:
+    """Import a Python file that is not part of a package (kernels/ is data, not a package)."""
+    mod_name = name or f"evoteam_loaded_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load Python file {path}")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before exec so that dataclasses and Triton's source inspection can find it.
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def available_tasks() -> list[str]:
+    root = resources.kernels_dir()
+    return sorted(p.name for p in root.iterdir() if (p / "definition.json").is_file())
+
+
+@dataclass
+class Task:
+    name: str
+    folder: Path
+    definition: Definition
+    workloads: list[Workload]
+    module: ModuleType
+    reference_module: ModuleType
+
+    # ------------------------------------------------------------ workloads and inputs
+    def scaled_workloads(self, scale: str) -> list[Workload]:
+        if scale not in SCALES:
+            raise ValueError(f"unknown problem scale {scale!r}; allowed: {', '.join(SCALES)}")
+        return list(self.module.scaled_workloads(list(self.workloads), scale))
+
+    def make_inputs(self, workload: Workload, generator: Any, device: Any) -> dict[str, Any]:
+        inputs = self.module.make_inputs(workload, generator, device)
+        missing = [n for n in self.definition.inputs if n not in inputs]
+        if missing:
+            raise RuntimeError(f"task {self.name}: make_inputs did not produce {missing}")
+        return {n: inputs[n] for n in self.definition.inputs}
+
+    def var_axes(self, workload: Workload, inputs: dict[str, Any]) -> dict[str, int]:
+        """Var-axis values read off the actual input tensors (they may be scaled versions of
+        the workload's axes), falling back to the workload's own values."""
+        values = dict(workload.axes)
+        for name, spec in self.definition.inputs.items():
+            tensor = inputs[name]
+            for dim, axis in enumerate(spec.shape or ()):
+                if self.definition.axes[axis].type == "var":
+                    values[axis] = int(tensor.shape[dim])
+        return values
+
+    def output_shapes(self, workload: Workload, inputs: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+        return self.definition.output_shapes(self.var_axes(workload, inputs))
+
+    # ------------------------------------------------------------ reference and tolerances
+    def reference(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        result = self.reference_module.run(*[inputs[n] for n in self.definition.inputs])
+        if not isinstance(result, tuple):
+            result = (result,)
+        names = list(self.definition.outputs)
+        if len(result) != len(names):
+            raise RuntimeError(f"task {self.name}: reference returned {len(result)} outputs, expected {names}")
+        return dict(zip(names, result))
+
+    def tolerance(self, output: str) -> Tolerance:
+        overrides = getattr(self.module, "TOLERANCES", {})
+        if output in overrides:
+            return overrides[output]
+        return DTYPE_TOLERANCES[self.definition.outputs[output].dtype]
+
+    # ------------------------------------------------------------ kernels
+    @property
+    def seed_kernel_path(self) -> Path:
+        return self.folder / "seed_triton.py"
+
+    def load_kernel(self, path: str | Path, entry: str = "run") -> Callable[..., Any]:
+        module = load_module_from_path(Path(path))
+        fn = getattr(module, entry, None)
+        if not callable(fn):
+            raise AttributeError(f"{path}: no callable '{entry}' (the kernel entry point)")
+        return fn
+
+
+@cache
+def load_task(name: str) -> Task:
+    """The task `kernels/<name>/` of this installation."""
+    folder = resources.kernels_dir() / name
+    if not (folder / "definition.json").is_file():
+        raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}")
+    return load_task_folder(folder)
+
+
+def load_task_folder(folder: str | Path) -> Task:
+    """A task from any folder laid out as described at the top of this module."""
+    folder = Path(folder)
+    name = folder.name
+    reference_path = folder / "reference.py"
+    definition_json = json.loads((folder / "definition.json").read_text())
+    # One source of truth for the math: the definition carries reference.py's text.
+    definition_json["reference"] = reference_path.read_text()
+    definition = Definition.from_json(definition_json)
+    workloads = []
+    for obj in read_jsonl(folder / "workloads.jsonl"):
+        trace = Trace.from_json(obj)
+        if trace.definition != definition.name:
+            raise ValueError(f"{folder / 'workloads.jsonl'}: workload {trace.workload.uuid} is for "
+                             f"definition {trace.definition!r}, not {definition.name!r}")
+        workloads.append(trace.workload)
+    tag = f"{name}_{abs(hash(str(folder.resolve())))}"
+    return Task(
+        name=name,
+        folder=folder,
+        definition=definition,
+        workloads=workloads,
+        module=load_module_from_path(folder / "task.py", f"evoteam_task_{tag}"),
+        reference_module=load_module_from_path(reference_path, f"evoteam_reference_{tag}"),
+    )
