@@ -1,0 +1,183 @@
+"""Bad command-line input -> one line naming the key, the bad value and what is allowed.
+
+`preflight(overrides)` composes the configuration the way Hydra will, before Hydra runs the job,
+and raises ConfigInputError with such a line; `validate(cfg)` checks what the schema's types
+cannot (names of spec sheets and task folders, keys added with '+').
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from enum import Enum
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+from evoteam import config, resources
+from evoteam.errors import UserError
+
+EXIT_BAD_INPUT = 2
+
+
+class ConfigInputError(UserError):
+    """A one-line, user-facing message about bad configuration input."""
+
+
+def _schema_at(path: list[str]) -> type | None:
+    node: Any = config.EvoteamConfig
+    for part in path:
+        if not dataclasses.is_dataclass(node):
+            return None
+        match = {f.name: f for f in dataclasses.fields(node)}.get(part)
+        if match is None:
+            return None
+        node = match.type if not isinstance(match.type, str) else _resolve_type(node, part)
+    return node
+
+
+def _resolve_type(cls: type, name: str) -> Any:
+    import typing
+
+    return typing.get_type_hints(cls)[name]
+
+
+def _allowed_keys(full_key: str) -> str:
+    parent = full_key.split(".")[:-1]
+    schema = _schema_at(parent)
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return ""
+    keys = [f.name for f in dataclasses.fields(schema)]
+    if not parent:
+        keys = [k for k in keys if k not in config.GROUPS] + [f"{g}.<key>" for g in config.GROUPS]
+    return ", ".join(keys)
+
+
+def _allowed_values(full_key: str) -> str:
+    parts = full_key.split(".")
+    schema = _schema_at(parts[:-1])
+    if schema is None:
+        return ""
+    hint = _resolve_type(schema, parts[-1])
+    enum = next((t for t in getattr(hint, "__args__", (hint,)) if isinstance(t, type) and issubclass(t, Enum)), None)
+    if enum is not None:
+        return "one of " + ", ".join(m.value for m in enum)
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    base = next((t for t in getattr(hint, "__args__", (hint,)) if t in names), None)
+    return names.get(base, str(hint))
+
+
+def group_options(group: str) -> list[str]:
+    from hydra.core.config_store import ConfigStore
+
+    options = {p.stem for p in (resources.conf_dir() / group).glob("*.yaml")}
+    repo = ConfigStore.instance().repo.get(group, {})
+    options |= {name.removesuffix(".yaml") for name in repo}
+    return sorted(options)
+
+
+def explain(exc: BaseException) -> str:
+    """Turn a Hydra/OmegaConf composition error into one line."""
+    cause = exc.__cause__ or exc
+    if isinstance(exc, MissingConfigException):
+        m = re.search(r"Could not find '([^/']+)/([^']+)'", str(exc))
+        if m:
+            group, option = m.groups()
+            return (f"{group}={option} is not a known option; allowed: {', '.join(group_options(group))} "
+                    f"(set {group}=<one of these>)")
+        return str(exc).splitlines()[0]
+    if isinstance(exc, OverrideParseException):
+        return f"cannot parse the override: {str(exc).splitlines()[0]} (write KEY=VALUE or GROUP=OPTION)"
+    if isinstance(cause, ValidationError):
+        key = getattr(cause, "full_key", "?")
+        value = getattr(cause, "value", "?")
+        return f"{key}={value!s} is not valid; expected {_allowed_values(key)}"
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        key = getattr(cause, "full_key", None) or "?"
+        allowed = _allowed_keys(key)
+        return f"unknown key '{key}'; allowed keys here: {allowed}" if allowed else f"unknown key '{key}'"
+    if isinstance(exc, ConfigCompositionException):
+        return str(exc).splitlines()[0]
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _extra_keys(node: DictConfig, schema: type, prefix: str) -> list[str]:
+    known = {f.name: f for f in dataclasses.fields(schema)}
+    extra = []
+    for key in node.keys():
+        if key == "hydra":
+            continue
+        full = f"{prefix}{key}"
+        if key not in known:
+            extra.append(full)
+            continue
+        sub_schema = _resolve_type(schema, key)
+        value = node._get_node(key)
+        if dataclasses.is_dataclass(sub_schema) and isinstance(value, DictConfig):
+            extra += _extra_keys(value, sub_schema, full + ".")
+    return extra
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks the schema's types cannot express. Raises ConfigInputError."""
+    from evoteam import hardware, task
+
+    extra = _extra_keys(cfg, config.EvoteamConfig, "")
+    if extra:
+        key = extra[0]
+        raise ConfigInputError(f"unknown key '{key}'; allowed keys here: {_allowed_keys(key)}")
+    hw = cfg.hardware.name
+    if hw != "auto" and hw not in hardware.available():
+        raise ConfigInputError(f"hardware.name={hw} is not a known target; allowed: auto, "
+                               f"{', '.join(hardware.available())} (or add hardware/{hw}.yaml)")
+    if cfg.task.name not in task.available_tasks():
+        raise ConfigInputError(f"task.name={cfg.task.name} is not a known task; allowed: "
+                               f"{', '.join(task.available_tasks())} (or add kernels/{cfg.task.name}/)")
+    if cfg.task.scale is not None and cfg.task.scale not in task.SCALES:
+        raise ConfigInputError(f"task.scale={cfg.task.scale} is not valid; expected one of "
+                               f"{', '.join(task.SCALES)} or null")
+    for key in ("task.check_trials", "budget.tokens", "budget.max_evaluations", "executor.timeout_s"):
+        value = OmegaConf.select(cfg, key)
+        if value is not None and value < 1:
+            raise ConfigInputError(f"{key}={value} is not valid; expected a positive integer")
+
+
+def _expand(overrides: list[str]) -> list[list[str]]:
+    """The override lists to check: the line itself, or for a multirun sweep one list per swept
+    value (the other sweeps at their first value), so that every value is checked once."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+
+    def plain(o: Any, value: Any) -> str:
+        return f"{o.get_key_element()}={value}"
+
+    sweeps = [i for i, o in enumerate(parsed) if o.is_sweep_override()]
+    if not sweeps:
+        return [[o.input_line for o in parsed]]
+    values = {i: list(parsed[i].sweep_string_iterator()) for i in sweeps}
+    first = [plain(o, values[i][0]) if i in values else o.input_line for i, o in enumerate(parsed)]
+    variants = []
+    for i in sweeps:
+        for value in values[i]:
+            variant = list(first)
+            variant[i] = plain(parsed[i], value)
+            variants.append(variant)
+    return variants
+
+
+def preflight(overrides: list[str]) -> None:
+    """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one."""
+    try:
+        variants = _expand(overrides)
+    except OverrideParseException as exc:
+        raise ConfigInputError(explain(exc)) from None
+    for variant in variants:
+        try:
+            with initialize_config_dir(config_dir=str(resources.conf_dir()), version_base=None):
+                cfg = compose("config", overrides=variant)
+        except Exception as exc:  # noqa: BLE001 - every composition failure becomes one line
+            raise ConfigInputError(explain(exc)) from None
+        validate(cfg)

@@ -1,0 +1,153 @@
+"""Structured configs (the schema behind `conf/`), registered with Hydra's ConfigStore.
+
+Every group (hardware, task, budget, team, llm, executor, tracking) is a dataclass, so a wrong key,
+a wrong type or a value outside an Enum fails at composition time; `evoteam.cli_errors` turns
+that failure into one line that names the key, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+GROUPS = ("hardware", "task", "budget", "team", "llm", "executor", "tracking")
+
+
+class BudgetMode(str, Enum):
+    equal = "equal"  # every team preset gets the same token budget
+    extra = "extra"  # the paper's extra-budget mode: the equal budget times extra_multiplier
+
+
+class TeamPreset(str, Enum):
+    single = "single"  # one agent with all tools
+    fixed4 = "fixed4"  # four fixed roles that never change
+    evolving = "evolving"  # the supervisor may redesign the team
+
+
+class LLMProvider(str, Enum):
+    offline = "offline"  # no LLM: the built-in search policy
+    litellm = "litellm"  # any provider through litellm
+
+
+class ExecutorKind(str, Enum):
+    local = "local"  # worker processes on this machine
+    docker = "docker"  # worker in the target's container through the Docker API
+
+
+class TrackingBackend(str, Enum):
+    mlflow = "mlflow"
+    none = "none"
+
+
+class TimingMode(str, Enum):
+    events = "events"  # device events around one call, L2 flushed before each call
+    wallclock = "wallclock"  # host clock with synchronisation (callables that do host work)
+
+
+@dataclass
+class HardwareConfig:
+    # A spec sheet in hardware/<name>.yaml, or "auto" to detect the local device.
+    name: str = "auto"
+
+
+@dataclass
+class TaskConfig:
+    name: str = MISSING  # a folder in kernels/
+    # Workload uuids (or unique uuid prefixes) to run; empty means every workload at the scale.
+    workloads: list[str] = field(default_factory=list)
+    # "full" or "small"; null takes the hardware target's problem_scale.
+    scale: str | None = None
+    check_trials: int = 3
+    baseline: str = "auto"  # which baseline adapter; "auto" picks the best available
+
+
+@dataclass
+class BudgetConfig:
+    mode: BudgetMode = BudgetMode.equal
+    # Tokens per team preset in equal mode (prompt + completion); documented in README.md.
+    tokens: int = 2_000_000
+    extra_multiplier: float = 4.0
+    max_evaluations: int = 40
+    max_wall_time_s: int = 3600
+
+
+@dataclass
+class TeamConfig:
+    preset: TeamPreset = TeamPreset.evolving
+    stall_evaluations: int = 6  # evaluations without improvement beyond noise before a redesign
+    max_redesigns: int = 10
+
+
+@dataclass
+class LLMConfig:
+    provider: LLMProvider = LLMProvider.offline
+    model: str = ""  # litellm model name, e.g. "openai/gpt-4o-mini"
+    api_base: str | None = None  # a local OpenAI-compatible server (vLLM, SGLang)
+    api_key_env: str | None = None  # name of the environment variable holding the key
+    temperature: float = 0.2
+    max_output_tokens: int = 4096
+    timeout_s: float = 120.0
+    max_retries: int = 4
+
+
+@dataclass
+class ExecutorConfig:
+    kind: ExecutorKind = ExecutorKind.local
+    timeout_s: int = 600  # per candidate evaluation
+    docker_host: str | None = None  # falls back to DOCKER_HOST
+    image: str | None = None  # falls back to the hardware target's container image
+    memory_gib: int = 16
+
+
+@dataclass
+class TrackingConfig:
+    backend: TrackingBackend = TrackingBackend.mlflow
+    tracking_uri: str = "sqlite:///evoteam-mlflow.db"
+    experiment: str = "evoteam"
+
+
+@dataclass
+class EvoteamConfig:
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    team: TeamConfig = field(default_factory=TeamConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    timing_mode: TimingMode = TimingMode.events
+    seed: int | None = None  # base seed for inputs; null draws one (recorded in the results)
+    run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"
+    resume: str | None = None  # a run directory to continue
+
+
+SCHEMAS = {
+    "hardware": HardwareConfig,
+    "task": TaskConfig,
+    "budget": BudgetConfig,
+    "team": TeamConfig,
+    "llm": LLMConfig,
+    "executor": ExecutorConfig,
+    "tracking": TrackingConfig,
+}
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="evoteam_schema", node=EvoteamConfig)
+    register_options()
+
+
+def register_options() -> None:
+    """Config-group options that come from the data folders, so that a spec sheet or a task
+    folder is the one place to add a target or a task."""
+    from evoteam import hardware, task
+
+    store = ConfigStore.instance()
+    store.store(group="hardware", name="auto", node=HardwareConfig(name="auto"))
+    for name in hardware.available():
+        store.store(group="hardware", name=name, node=HardwareConfig(name=name))
+    for name in task.available_tasks():
+        store.store(group="task", name=name, node=TaskConfig(name=name))
