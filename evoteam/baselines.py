@@ -1,54 +1,85 @@
 """Baseline adapters: the library kernels every candidate is measured against.
 
-An adapter declares what it supports and says `unavailable: <reason>` instead of crashing when
-its library is missing. `prepare(task, workload, inputs)` does any per-workload set-up outside the
-timed region and returns a destination-passing callable `fn(**inputs, **outputs)`.
+Each adapter declares the tasks and backends it supports and reports `unavailable: <reason>`
+instead of crashing when its library is missing. `prepare(task, workload, inputs)` does the
+per-workload set-up that a serving engine would cache (outside the timed region) and returns a
+destination-passing callable `fn(**inputs, **outputs)`.
+
+  reference            the task's PyTorch reference (fp32 accumulate); the baseline on CPU
+  flashinfer           FlashInfer's BatchMLAPagedAttentionWrapper (MLA decode), options:
+                         backend=auto|fa2|fa3, plan=cached (kernel only) | per_call (plan() + run(),
+                         timed with the host clock because plan() does host work)
+  fla                  fla-core's chunk_kda on its Triton path (FlashKDA routing disabled)
+  flashkda             FlashKDA (CUTLASS, sm_90a/sm_100a; bounded gate only) when flash_kda imports
+  vllm                 vLLM's KDA kernel when vllm imports
+  aiter                AITER's MLA decode on ROCm when aiter imports (UNVERIFIED: no AMD GPU here)
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from evoteam.errors import UserError
 from evoteam.hardware import HardwareSpec
 from evoteam.task import Task
 
 
-@dataclass(frozen=True)
-class Availability:
-    available: bool
-    reason: str = ""
+class BaselineUnavailable(UserError):
+    """The requested baseline cannot run here; the message says why."""
 
-    def __str__(self) -> str:
-        return "available" if self.available else f"unavailable: {self.reason}"
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class Baseline:
-    name: str = "baseline"
+    name = "baseline"
     tasks: tuple[str, ...] = ()
     backends: tuple[str, ...] = ()
+    module = ""  # the import that must work
+    distribution = ""  # the PyPI distribution, for the version
+    timing_mode_override: str | None = None
 
-    def availability(self, task: Task, hw: HardwareSpec) -> Availability:
-        if task.name not in self.tasks:
-            return Availability(False, f"{self.name} does not implement task {task.name}")
+    def __init__(self, **options: Any):
+        if options:
+            raise BaselineUnavailable(f"baseline {self.name} takes no options, got {sorted(options)}")
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    @property
+    def version(self) -> str:
+        return _version(self.distribution) if self.distribution else torch.__version__
+
+    def unavailable_reason(self, task: Task, hw: HardwareSpec) -> str | None:
+        if self.tasks and task.name not in self.tasks:
+            return f"{self.name} does not implement task {task.name}"
         if hw.backend not in self.backends:
-            return Availability(False, f"{self.name} does not run on {hw.backend}")
-        return Availability(True)
+            return f"{self.name} does not run on {hw.backend}"
+        if self.module:
+            try:
+                importlib.import_module(self.module)
+            except Exception as exc:  # noqa: BLE001 - any import failure means unavailable
+                return f"{self.module} does not import ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+        return None
 
     def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
         raise NotImplementedError
 
 
 class ReferenceBaseline(Baseline):
-    """The task's own PyTorch reference (fp32 accumulate): the baseline on CPU."""
-
     name = "reference"
     backends = ("cpu", "cuda", "rocm")
-
-    def availability(self, task: Task, hw: HardwareSpec) -> Availability:
-        return Availability(True)
 
     def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
         def run(**kwargs: Any) -> None:
@@ -59,23 +90,219 @@ class ReferenceBaseline(Baseline):
         return run
 
 
-ADAPTERS: dict[str, Baseline] = {"reference": ReferenceBaseline()}
+class FlashInferMLA(Baseline):
+    name = "flashinfer"
+    tasks = ("mla_decode",)
+    backends = ("cuda",)
+    module = "flashinfer.mla"
+    distribution = "flashinfer-python"
+    WORKSPACE_BYTES = 128 << 20
 
-# Preference order per backend for baseline=auto: the library kernels first, the reference last.
-AUTO_ORDER = {"cpu": ["reference"], "cuda": ["reference"], "rocm": ["reference"]}
+    def __init__(self, backend: str = "auto", plan: str = "cached"):
+        if backend not in ("auto", "fa2", "fa3"):
+            raise BaselineUnavailable(f"flashinfer backend={backend} is not one of auto, fa2, fa3")
+        if plan not in ("cached", "per_call"):
+            raise BaselineUnavailable(f"flashinfer plan={plan} is not one of cached, per_call")
+        self.backend, self.plan_mode = backend, plan
+        # plan() copies the index arrays to the host and runs a CPU scheduler: only the host clock sees it.
+        self.timing_mode_override = "wallclock" if plan == "per_call" else None
+        self._workspace: torch.Tensor | None = None
+
+    @property
+    def label(self) -> str:
+        return f"flashinfer[{self.backend},plan={self.plan_mode}]"
+
+    def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
+        import flashinfer.mla
+
+        device = inputs["q_nope"].device
+        if self._workspace is None:
+            self._workspace = torch.empty(self.WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(self._workspace, backend=self.backend)
+        batch, heads, d_ckv = inputs["q_nope"].shape
+        d_kpe = inputs["q_pe"].shape[-1]
+        page_size = inputs["ckv_cache"].shape[1]
+        kv_indptr = inputs["kv_indptr"]
+        kv_len = (kv_indptr[1:] - kv_indptr[:-1]).to(torch.int32)
+        qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=device)
+        sm_scale = float(inputs["sm_scale"])
+
+        def plan() -> None:
+            wrapper.plan(qo_indptr, kv_indptr, inputs["kv_indices"], kv_len, heads, d_ckv, d_kpe, page_size,
+                         False, sm_scale, inputs["q_nope"].dtype, inputs["ckv_cache"].dtype)
+
+        if self.plan_mode == "cached":
+            plan()
+        per_call = self.plan_mode == "per_call"
+
+        def run(**kw: Any) -> None:
+            if per_call:
+                plan()
+            wrapper.run(kw["q_nope"], kw["q_pe"], kw["ckv_cache"], kw["kpe_cache"], out=kw["output"],
+                        lse=kw["lse"], return_lse=True)
+
+        return run
 
 
-def select(name: str, task: Task, hw: HardwareSpec) -> Baseline:
+def _kda_gate_args(kw: dict[str, Any]) -> dict[str, Any]:
+    bounded = bool(kw["bounded_gate"])
+    return {"lower_bound": float(kw["lower_bound"]) if bounded else None, "safe_gate": bounded}
+
+
+class FlaChunkKDA(Baseline):
+    """fla-core's fused chunk_kda: L2 norm, gate and beta sigmoid inside its Triton kernels."""
+
+    name = "fla"
+    tasks = ("kda_prefill",)
+    backends = ("cuda", "rocm")
+    module = "fla.ops.kda"
+    distribution = "fla-core"
+
+    flash_kda_routing = "0"  # time fla's own Triton path even where flash_kda is installed
+
+    def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
+        os.environ["FLA_FLASH_KDA"] = self.flash_kda_routing
+        from fla.ops.kda import chunk_kda
+
+        cu_seqlens = inputs["cu_seqlens"].to(torch.long)
+        cu_seqlens_cpu = cu_seqlens.cpu()
+
+        def run(**kw: Any) -> None:
+            o, final = chunk_kda(
+                kw["q"].unsqueeze(0), kw["k"].unsqueeze(0), kw["v"].unsqueeze(0), kw["g_raw"].unsqueeze(0),
+                kw["beta_logits"].unsqueeze(0), scale=float(kw["scale"]),
+                initial_state=kw["initial_state"] if kw["has_initial_state"] else None,
+                output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                use_beta_sigmoid_in_kernel=True, A_log=kw["A_log"], dt_bias=kw["dt_bias"],
+                cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **_kda_gate_args(kw))
+            kw["o"].copy_(o.squeeze(0))
+            kw["final_state"].copy_(final)
+
+        return run
+
+
+class FlashKDA(FlaChunkKDA):
+    """FlashKDA through fla's routing (chunk_kda hands bounded-gate bf16 K=V=128 calls to flash_kda)."""
+
+    name = "flashkda"
+    module = "flash_kda"
+    distribution = "flash-kda"
+    backends = ("cuda",)
+    flash_kda_routing = "1"
+
+    def unavailable_reason(self, task: Task, hw: HardwareSpec) -> str | None:
+        return super().unavailable_reason(task, hw) or (
+            None if importlib.util.find_spec("fla") else "fla-core does not import (FlashKDA is reached through it)")
+
+    def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
+        if not workload.inputs["bounded_gate"].value:
+            raise BaselineUnavailable("FlashKDA supports only the bounded gate")
+        return super().prepare(task, workload, inputs)
+
+
+def kda_gate(g_raw: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, bounded: bool,
+             lower_bound: float) -> torch.Tensor:
+    """The log-space KDA decay from the raw gate, for kernels that take it precomputed (fp32)."""
+    x = g_raw.float() + dt_bias.float().reshape(1, *g_raw.shape[1:])
+    a = torch.exp(A_log.float()).reshape(1, -1, 1)
+    if bounded:
+        return lower_bound * torch.sigmoid(a * x)
+    return -a * torch.nn.functional.softplus(x)
+
+
+class VllmKDA(Baseline):
+    """vLLM's KDA kernel. It takes the decay and beta precomputed (vLLM computes them in separate
+    ops before the call, and so does this adapter, inside the timed region), keeps its state as
+    [N,H,V,K] and writes its output into the caller's v. UNVERIFIED: vLLM could not be installed
+    on the lent GPU."""
+
+    name = "vllm"
+    tasks = ("kda_prefill",)
+    backends = ("cuda", "rocm")
+    module = "vllm.model_executor.layers.fla.ops.kda"
+    distribution = "vllm"
+
+    def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
+        kda = importlib.import_module(self.module)
+        cu_seqlens = inputs["cu_seqlens"].to(torch.long)
+
+        def run(**kw: Any) -> None:
+            g = kda_gate(kw["g_raw"], kw["A_log"], kw["dt_bias"], bool(kw["bounded_gate"]), float(kw["lower_bound"]))
+            beta = torch.sigmoid(kw["beta_logits"].float()).to(kw["q"].dtype)
+            v = kw["v"].clone().unsqueeze(0)  # vLLM overwrites it with the output
+            init = kw["initial_state"].transpose(-1, -2).contiguous() if kw["has_initial_state"] else None
+            o, final = kda.chunk_kda(
+                kw["q"].unsqueeze(0), kw["k"].unsqueeze(0), v, g.unsqueeze(0), beta.unsqueeze(0),
+                scale=float(kw["scale"]), initial_state=init, output_final_state=True,
+                use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
+            kw["o"].copy_(o.squeeze(0))
+            kw["final_state"].copy_(final.transpose(-1, -2))
+
+        return run
+
+
+class AiterMLA(Baseline):
+    """AITER's MLA decode on AMD GPUs. UNVERIFIED: written from AITER's documentation."""
+
+    name = "aiter"
+    tasks = ("mla_decode",)
+    backends = ("rocm",)
+    module = "aiter"
+    distribution = "aiter"
+
+    def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
+        from aiter.mla import mla_decode_fwd
+
+        batch = inputs["q_nope"].shape[0]
+        device = inputs["q_nope"].device
+        qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=device)
+        kv_last_page_len = torch.ones(batch, dtype=torch.int32, device=device)
+
+        def run(**kw: Any) -> None:
+            q = torch.cat([kw["q_nope"], kw["q_pe"]], dim=-1)
+            kv = torch.cat([kw["ckv_cache"], kw["kpe_cache"]], dim=-1).unsqueeze(2)
+            mla_decode_fwd(q, kv, kw["output"], qo_indptr, kw["kv_indptr"], kw["kv_indices"], kv_last_page_len,
+                           1, sm_scale=float(kw["sm_scale"]))
+            # This call gives no base-2 lse; the baseline is timed, not checked, so lse stays unset.
+
+        return run
+
+
+ADAPTERS: dict[str, type[Baseline]] = {
+    "reference": ReferenceBaseline,
+    "flashinfer": FlashInferMLA,
+    "fla": FlaChunkKDA,
+    "flashkda": FlashKDA,
+    "vllm": VllmKDA,
+    "aiter": AiterMLA,
+}
+
+# baseline=auto: the first available, per backend; the reference is the last resort.
+AUTO_ORDER = {"cpu": ["reference"], "cuda": ["flashinfer", "fla", "reference"],
+              "rocm": ["aiter", "fla", "reference"]}
+
+
+def availability(task: Task, hw: HardwareSpec) -> dict[str, str]:
+    """'available' or 'unavailable: <reason>' for every adapter."""
+    out = {}
+    for name, cls in ADAPTERS.items():
+        reason = cls().unavailable_reason(task, hw)
+        out[name] = "available" if reason is None else f"unavailable: {reason}"
+    return out
+
+
+def create(name: str, task: Task, hw: HardwareSpec, **options: Any) -> Baseline:
     if name == "auto":
         for candidate in AUTO_ORDER[hw.backend]:
-            adapter = ADAPTERS.get(candidate)
-            if adapter is not None and adapter.availability(task, hw).available:
+            adapter = ADAPTERS[candidate](**(options if candidate != "reference" else {}))
+            if adapter.unavailable_reason(task, hw) is None:
                 return adapter
-        raise UserError(f"no baseline available for task {task.name} on {hw.name}")
-    adapter = ADAPTERS.get(name)
-    if adapter is None:
-        raise UserError(f"task.baseline={name} is not a known baseline; allowed: auto, {', '.join(ADAPTERS)}")
-    status = adapter.availability(task, hw)
-    if not status.available:
-        raise UserError(f"task.baseline={name} is {status}")
+        raise BaselineUnavailable(f"no baseline available for task {task.name} on {hw.name}")
+    cls = ADAPTERS.get(name)
+    if cls is None:
+        raise BaselineUnavailable(f"baseline {name!r} is not known; allowed: auto, {', '.join(ADAPTERS)}")
+    adapter = cls(**options)
+    reason = adapter.unavailable_reason(task, hw)
+    if reason:
+        raise BaselineUnavailable(f"baseline {name} is unavailable: {reason}")
     return adapter

@@ -1,30 +1,11 @@
-"""Per-workload result rows, their summary (geometric mean, wins) and a plain-text table."""
+"""Per-workload results as a table, with the summary figures (geometric mean, wins, worst)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-
-@dataclass
-class ResultRow:
-    workload: str  # uuid
-    shape: str  # short human description of the var axes
-    status: str  # PASSED or the failed check
-    baseline: str
-    timing_mode: str
-    baseline_ms: float | None = None
-    candidate_ms: float | None = None
-    detail: str = ""
-
-    @property
-    def speedup(self) -> float | None:
-        if self.status != "PASSED" or not self.baseline_ms or not self.candidate_ms:
-            return None
-        return self.baseline_ms / self.candidate_ms
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "speedup": self.speedup}
+from evoteam.worker import WorkloadResult
 
 
 @dataclass(frozen=True)
@@ -32,33 +13,58 @@ class Summary:
     workloads: int
     passed: int
     wins: int
-    geomean_speedup: float | None  # over workloads that passed
+    geomean_speedup: float | None  # over workloads that passed and were timed
     worst_speedup: float | None
+    worst_workload: str | None
+    max_noise: float | None
+
+    def line(self) -> str:
+        def f(v: float | None, spec: str) -> str:
+            return "-" if v is None else format(v, spec)
+
+        return (f"{self.passed}/{self.workloads} passed; wins {self.wins}; geomean speedup "
+                f"{f(self.geomean_speedup, '.3f')}x; worst {f(self.worst_speedup, '.3f')}x"
+                f"{' (' + self.worst_workload[:8] + ')' if self.worst_workload else ''}; "
+                f"max noise {f(None if self.max_noise is None else 100 * self.max_noise, '.1f')}%")
 
 
-def summarize(rows: list[ResultRow]) -> Summary:
-    speedups = [r.speedup for r in rows if r.speedup is not None]
-    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
-    return Summary(workloads=len(rows), passed=sum(r.status == "PASSED" for r in rows),
-                   wins=sum(s > 1.0 for s in speedups), geomean_speedup=geomean,
-                   worst_speedup=min(speedups) if speedups else None)
+def summarize(results: list[WorkloadResult]) -> Summary:
+    timed = [r for r in results if r.speedup is not None]
+    geomean = math.exp(sum(math.log(r.speedup) for r in timed) / len(timed)) if timed else None
+    worst = min(timed, key=lambda r: r.speedup) if timed else None
+    noises = [r.noise for r in results if r.noise is not None]
+    return Summary(workloads=len(results), passed=sum(r.status == "PASSED" for r in results),
+                   wins=sum(r.speedup > 1.0 for r in timed), geomean_speedup=geomean,
+                   worst_speedup=worst.speedup if worst else None, worst_workload=worst.uuid if worst else None,
+                   max_noise=max(noises) if noises else None)
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else format(value, spec) + suffix
 
 
-def format_table(rows: list[ResultRow], candidate: str) -> str:
-    header = ["workload", "shape", "status", f"{rows[0].baseline if rows else 'baseline'} ms",
-              f"{candidate} ms", "speedup"]
-    body = [[r.workload[:8], r.shape, r.status, _fmt(r.baseline_ms, ".4g"), _fmt(r.candidate_ms, ".4g"),
-             _fmt(r.speedup, ".3f") + ("x" if r.speedup else "")] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
-             "  ".join("-" * w for w in widths)]
+def format_table(results: list[WorkloadResult], labels: dict[str, str], candidate: str,
+                 bandwidth_ceiling_tbs: float | None = None) -> str:
+    """One row per workload; `labels` maps uuid -> a short shape description."""
+    baseline = next((r.baseline for r in results if r.baseline), "baseline")
+    header = ["workload", "shape", "status", "baseline ms", f"{candidate} ms", "speedup", "noise"]
+    if bandwidth_ceiling_tbs:
+        header.append(f"% of {bandwidth_ceiling_tbs:g} TB/s")
+    body = []
+    for r in results:
+        row = [r.uuid[:8], labels.get(r.uuid, ""), r.status, _fmt(r.baseline_ms, ".4g"), _fmt(r.candidate_ms, ".4g"),
+               _fmt(r.speedup, ".3f", "x"), _fmt(None if r.noise is None else 100 * r.noise, ".1f", "%")]
+        if bandwidth_ceiling_tbs:
+            row.append(_fmt(None if r.bandwidth_tbs is None else 100 * r.bandwidth_tbs / bandwidth_ceiling_tbs,
+                            ".0f", "%"))
+        body.append(row)
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
-    s = summarize(rows)
-    mode = rows[0].timing_mode if rows else "-"
-    lines.append(f"{s.passed}/{s.workloads} passed; wins {s.wins}; geomean speedup "
-                 f"{_fmt(s.geomean_speedup, '.3f')}x; worst {_fmt(s.worst_speedup, '.3f')}x; timing mode {mode}")
+    modes = sorted({r.timing_mode for r in results if r.timing_mode})
+    lines.append(f"baseline {baseline}; timing mode {', '.join(modes) or '-'}")
+    lines.append(summarize(results).line())
+    failures = [r for r in results if r.status != "PASSED"]
+    for r in failures[:10]:
+        lines.append(f"  {r.uuid[:8]} {r.status}: {r.detail[:200]}")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ writes them.
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -121,6 +122,11 @@ class Definition:
                     raise SchemaError(f"{where}: tensor {tname} uses undefined axis {axis!r}")
         tags = obj.get("tags")
         constraints = obj.get("constraints")
+        for expr in constraints or ():
+            try:
+                ast.parse(expr, mode="eval")
+            except SyntaxError:
+                raise SchemaError(f"{where}: constraint {expr!r} is not a Python expression") from None
         return cls(
             name=name,
             op_type=op_type,

@@ -9,7 +9,9 @@ Each task is a folder `kernels/<name>/` (data, not an import package) holding:
                           the workloads to run at a problem scale ("full" or "small"); "small" is a
                           subset with a scaled-down problem for CPU runs (axes may be rewritten)
                       make_inputs(workload, generator, device) -> dict[name, Tensor | scalar]
-                          fresh random data from `generator`; index structure deterministic per workload
+                          fresh random data from `generator` (a torch.Generator on `device`); index
+                          structure deterministic per workload
+                      min_bytes(workload, inputs) -> int   (optional) compulsory device-memory traffic
                       TOLERANCES: dict[output name, Tolerance]   (optional per-output overrides)
   seed_triton.py    `run(**inputs, **outputs)`: the simple, correct seed kernel (destination-passing)
 
@@ -30,6 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from evoteam import resources
+from evoteam.errors import UserError
 from evoteam.schema import Definition, Trace, Workload, read_jsonl
 
 SCALES = ("full", "small")
@@ -123,6 +126,12 @@ class Task:
             return overrides[output]
         return DTYPE_TOLERANCES[self.definition.outputs[output].dtype]
 
+    def min_bytes(self, workload: Workload, inputs: dict[str, Any]) -> int | None:
+        """Bytes any implementation must move through device memory (each input it needs read once,
+        each output written once), from the task's `min_bytes`; None if the task does not say."""
+        fn = getattr(self.module, "min_bytes", None)
+        return None if fn is None else int(fn(workload, inputs))
+
     # ------------------------------------------------------------ kernels
     @property
     def seed_kernel_path(self) -> Path:
@@ -170,3 +179,22 @@ def load_task_folder(folder: str | Path) -> Task:
         module=load_module_from_path(folder / "task.py", f"evoteam_task_{tag}"),
         reference_module=load_module_from_path(reference_path, f"evoteam_reference_{tag}"),
     )
+
+
+def select_workloads(all_workloads: list[Workload], wanted: list[str]) -> list[Workload]:
+    if not wanted:
+        return all_workloads
+    chosen = []
+    for prefix in wanted:
+        matches = [w for w in all_workloads if w.uuid.startswith(prefix)]
+        if len(matches) != 1:
+            what = "matches no workload" if not matches else f"matches {len(matches)} workloads"
+            raise UserError(f"task.workloads entry {prefix!r} {what} at this scale; give a unique uuid prefix "
+                            f"(available: {', '.join(w.uuid[:8] for w in all_workloads)})")
+        chosen.append(matches[0])
+    return chosen
+
+
+def shape_label(workload: Workload) -> str:
+    skip = {"len_indptr", "num_pages", "len_cu_seqlens"}
+    return " ".join(f"{k}={v}" for k, v in workload.axes.items() if k not in skip)

@@ -1,11 +1,16 @@
-"""Timing of callables, baseline and candidate side by side in the same process, interleaved.
+"""Timing of callables side by side in the same process, interleaved, in a named mode.
 
-Modes (named in every result):
-  events     device events around one call, the L2 flushed before each call (CUDA/ROCm)
-  wallclock  host clock around one call with device synchronisation before and after; the only
-             mode on CPU, and the right one for callables that do host work (FlashInfer's plan())
-Each callable is called as fn(i) with the call's index, so it can rotate among several input sets
-and no call can reuse the previous call's result from cache.
+Modes (every result says which produced it):
+  events     device events around one call, the L2 flushed before each call (GPU)
+  graph      graph replay: `GRAPH_CALLS` x [flush, call] captured in one CUDA graph, minus a graph of
+             the flushes alone, divided by the calls; hides the host's launch cost (GPU, capturable
+             callables only; a callable that cannot be captured falls back to events, and says so)
+  wallclock  host clock around one call with device synchronisation before and after: the mode on
+             CPU, and the right one for callables that do host work (FlashInfer's plan())
+Each callable is called as fn(i) with the call's index, so it can rotate among input sets; a
+`before_call(name, i)` hook (outside the timed region, with the L2 flush) resets its buffers.
+The median of `reps` rounds is reported with its 10th and 90th percentiles; the callables take
+turns every round and the order flips every other round.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+
+MODES = ("events", "graph", "wallclock")
+GRAPH_CALLS = 20
 
 
 @dataclass(frozen=True)
@@ -47,37 +55,35 @@ class L2Flusher:
     def __init__(self, device: str, l2_bytes: int | None = None):
         if l2_bytes is None:
             props = torch.cuda.get_device_properties(torch.device(device))
-            l2_bytes = int(getattr(props, "L2_cache_size", 64 << 20) or (64 << 20))
+            l2_bytes = int(getattr(props, "L2_cache_size", 0) or (64 << 20))
         self.buffer = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
 
     def __call__(self) -> None:
         self.buffer.zero_()
 
 
-def measure_interleaved(
-    callables: dict[str, Callable[[int], None]],
-    *,
-    device: str,
-    mode: str,
-    warmup: int = 3,
-    reps: int = 20,
-) -> dict[str, Timing]:
-    """Time each callable `reps` times, alternating between them (and their order) every round,
-    after `warmup` untimed rounds. Returns one Timing per name."""
-    names = list(callables)
-    is_gpu = device.startswith("cuda")
-    if mode == "events" and not is_gpu:
-        raise ValueError("timing mode 'events' needs a GPU; use 'wallclock' on CPU")
-    if mode not in ("events", "wallclock"):
-        raise ValueError(f"unknown timing mode {mode!r}; allowed: events, wallclock")
-    flush = L2Flusher(device) if is_gpu else None
-    samples: dict[str, list[float]] = {n: [] for n in names}
+def _no_hook(name: str, i: int) -> None:
+    return None
 
+
+def measure(callables: dict[str, Callable[[int], None]], *, device: str, mode: str, warmup: int = 3,
+            reps: int = 20, before_call: Callable[[str, int], None] = _no_hook) -> dict[str, Timing]:
+    """One Timing per callable name; see the module docstring for the modes."""
+    if mode not in MODES:
+        raise ValueError(f"unknown timing mode {mode!r}; allowed: {', '.join(MODES)}")
+    is_gpu = str(device).startswith("cuda")
+    if mode in ("events", "graph") and not is_gpu:
+        raise ValueError(f"timing mode {mode!r} needs a GPU; use 'wallclock' on CPU")
+    if mode == "graph":
+        return _measure_graph(callables, device, warmup, reps, before_call)
+    flush = L2Flusher(device) if is_gpu else None
+    names = list(callables)
+    samples: dict[str, list[float]] = {n: [] for n in names}
     call_index = 0
     for rnd in range(warmup + reps):
-        order = names if rnd % 2 == 0 else names[::-1]
-        for name in order:
+        for name in names if rnd % 2 == 0 else names[::-1]:
             fn = callables[name]
+            before_call(name, call_index)
             if flush is not None:
                 flush()
             if mode == "events":
@@ -99,3 +105,81 @@ def measure_interleaved(
             if rnd >= warmup:
                 samples[name].append(elapsed)
     return {n: summarize(mode, samples[n]) for n in names}
+
+
+def _measure_graph(callables: dict[str, Callable[[int], None]], device: str, warmup: int, reps: int,
+                   before_call: Callable[[str, int], None]) -> dict[str, Timing]:
+    flush = L2Flusher(device)
+    stream = torch.cuda.Stream(device=device)
+
+    def capture(body: Callable[[int], None]) -> torch.cuda.CUDAGraph:
+        # Warm-up on a side stream first, as graph capture requires.
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for j in range(2):
+                body(j)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for j in range(GRAPH_CALLS):
+                body(j)
+        torch.cuda.synchronize()
+        return graph
+
+    def flush_only(j: int) -> None:
+        flush()
+
+    graphs: dict[str, torch.cuda.CUDAGraph] = {}
+    fallback: list[str] = []
+    for name, fn in callables.items():
+        def body(j: int, name: str = name, fn: Callable[[int], None] = fn) -> None:
+            before_call(name, j)
+            flush()
+            fn(j)
+        try:
+            graphs[name] = capture(body)
+        except Exception:  # noqa: BLE001 - a callable that cannot be captured is timed with events
+            torch.cuda.synchronize()
+            fallback.append(name)
+    baseline_graph = capture(lambda j: (before_call(next(iter(callables)), j), flush_only(j)))
+
+    def replay_ms(graph: torch.cuda.CUDAGraph) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    samples: dict[str, list[float]] = {n: [] for n in graphs}
+    names = list(graphs)
+    for rnd in range(warmup + reps):
+        overhead = replay_ms(baseline_graph)
+        for name in names if rnd % 2 == 0 else names[::-1]:
+            elapsed = (replay_ms(graphs[name]) - overhead) / GRAPH_CALLS
+            if rnd >= warmup:
+                samples[name].append(max(elapsed, 0.0))
+    out = {n: summarize("graph", samples[n]) for n in names}
+    if fallback:
+        events = measure({n: callables[n] for n in fallback}, device=device, mode="events", warmup=warmup,
+                         reps=reps, before_call=before_call)
+        out.update({n: Timing("events (graph capture failed)", t.median_ms, t.p10_ms, t.p90_ms, t.samples)
+                    for n, t in events.items()})
+    return {n: out[n] for n in callables}
+
+
+def kernel_names(fn: Callable[[], None], device: str) -> list[str]:
+    """Names of the device kernels `fn` launches, read with the PyTorch profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = []
+    for event in prof.events():
+        device_type = getattr(event, "device_type", None)
+        if device_type is not None and "CUDA" in str(device_type) and event.name:
+            names.append(event.name)
+    return [n for n in names if not n.startswith(("Memcpy", "Memset", "cudaMemcpy", "cudaMemset"))]

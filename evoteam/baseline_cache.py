@@ -1,0 +1,68 @@
+"""Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline,
+workload), so quick evaluations need not re-time the library kernel; re-measured on request.
+
+Reports that compare a candidate with a baseline always time both side by side; the cache is
+for the agents' quick feedback loop (EvalRequest.use_baseline_cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+def default_path() -> Path:
+    root = os.environ.get("EVOTEAM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "evoteam")
+    return Path(root) / "baseline_timings.jsonl"
+
+
+def hardware_fingerprint(device: str) -> str:
+    import torch
+
+    if not str(device).startswith("cuda"):
+        import platform
+
+        return f"cpu:{platform.machine()}:{os.cpu_count()}"
+    props = torch.cuda.get_device_properties(torch.device(device))
+    driver = getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None) or "?"
+    return f"{props.name}:sm{props.major}{props.minor}:{props.multi_processor_count}mp:{props.total_memory >> 20}MiB:rt{driver}"
+
+
+@dataclass(frozen=True)
+class Key:
+    fingerprint: str
+    library_version: str
+    timing_mode: str
+    baseline: str
+    workload: str
+
+
+def _key_str(key: Key) -> str:
+    return json.dumps(asdict(key), sort_keys=True)
+
+
+class BaselineCache:
+    def __init__(self, path: Path | None = None):
+        self.path = path or default_path()
+
+    def _load(self) -> dict[str, float]:
+        entries: dict[str, float] = {}
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by an interrupted writer
+                entries[_key_str(Key(**obj["key"]))] = float(obj["median_ms"])
+        return entries
+
+    def get(self, key: Key) -> float | None:
+        return self._load().get(_key_str(key))
+
+    def put(self, key: Key, median_ms: float) -> None:
+        # Appending keeps the file valid if interrupted; the last entry for a key wins.
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps({"key": asdict(key), "median_ms": median_ms}) + "\n")

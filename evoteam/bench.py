@@ -1,0 +1,118 @@
+"""`python -m evoteam.bench SOLUTION.py --task T`: evaluate one solution file on a task and
+hardware target in isolated workers; print a per-workload table (baseline and candidate time,
+speedup, noise, % of the bandwidth ceiling, status) with the geometric mean and wins, and write
+FlashInfer-Trace lines and a JSON report.
+
+Bad input gives one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+from evoteam import hardware, report
+from evoteam.errors import UserError
+from evoteam.schema import append_traces
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m evoteam.bench", description=__doc__.splitlines()[0])
+    p.add_argument("solution", help="the candidate's Python file (entry point `run` unless --entry)")
+    p.add_argument("--task", required=True, help="a folder of kernels/, e.g. mla_decode or kda_prefill")
+    p.add_argument("--hardware", default="auto", help="a spec sheet of hardware/ or auto (default)")
+    p.add_argument("--scale", choices=["full", "small"], help="problem scale (default: the target's)")
+    p.add_argument("--workloads", nargs="*", default=[], help="unique uuid prefixes (default: all)")
+    p.add_argument("--baseline", default="auto", help="auto, reference, flashinfer, fla, flashkda, vllm, aiter")
+    p.add_argument("--baseline-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="adapter option, e.g. backend=fa3 or plan=per_call (repeatable)")
+    p.add_argument("--timing", choices=["events", "graph", "wallclock"], default="events",
+                   help="timing mode on GPUs (CPUs always use wallclock)")
+    p.add_argument("--entry", default="run")
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--reps", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per workload before the worker is killed")
+    p.add_argument("--check-only", action="store_true", help="check correctness, time nothing")
+    p.add_argument("--use-baseline-cache", action="store_true", help="take cached baseline times where present")
+    p.add_argument("--traces", type=Path, help="append FlashInfer-Trace lines here")
+    p.add_argument("--json", type=Path, help="write the full report here")
+    p.add_argument("--label", default=None, help="the candidate's name in the table and traces")
+    return p.parse_args(argv)
+
+
+def _options(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UserError(f"--baseline-option {pair!r} is not KEY=VALUE (e.g. backend=fa3)")
+        key, value = pair.split("=", 1)
+        out[key] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except UserError as exc:
+        print(f"evoteam.bench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from evoteam.task import available_tasks, load_task, select_workloads, shape_label
+    from evoteam.trace_writer import to_trace
+    from evoteam.worker import EvalRequest, evaluate_isolated
+
+    solution = Path(args.solution)
+    if not solution.is_file():
+        raise UserError(f"solution file {solution} does not exist; give the path of a Python file")
+    if args.task not in available_tasks():
+        raise UserError(f"--task {args.task} is not a known task; allowed: {', '.join(available_tasks())}")
+    if args.trials < 3:
+        raise UserError(f"--trials {args.trials} is too few; the checker needs at least 3")
+    hw = hardware.resolve(args.hardware)
+    task = load_task(args.task)
+    scale = args.scale or hw.problem_scale
+    workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
+    labels = {w.uuid: shape_label(w) for w in workloads}
+    by_uuid = {w.uuid: w for w in workloads}
+    name = args.label or solution.stem
+    warmup = args.warmup if args.warmup is not None else (10 if hw.is_gpu else 1)
+    reps = args.reps if args.reps is not None else (100 if hw.is_gpu else 3)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    request = EvalRequest(task=task.name, hardware=hw.name, solution=str(solution.resolve()), entry=args.entry,
+                          workloads=list(by_uuid), scale=scale, trials=args.trials, seed=seed,
+                          timing_mode=args.timing, baseline=args.baseline,
+                          baseline_options=_options(args.baseline_option), warmup=warmup, reps=reps,
+                          check_only=args.check_only, use_baseline_cache=args.use_baseline_cache)
+    print(f"evoteam.bench: {name} on {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; "
+          f"baseline {args.baseline} {request.baseline_options or ''}; timing {args.timing if hw.is_gpu else 'wallclock'}; "
+          f"seed {seed}", flush=True)
+    done = {"n": 0}
+
+    def progress(result) -> None:
+        done["n"] += 1
+        speed = f" {result.speedup:.3f}x" if result.speedup else ""
+        print(f"[{done['n']}/{len(workloads)}] {result.uuid[:8]} {labels[result.uuid]}: {result.status}{speed}",
+              flush=True)
+        if args.traces:
+            append_traces(args.traces, [to_trace(task.definition.name, by_uuid[result.uuid], name, result, hw.name)])
+
+    outcome = evaluate_isolated(request, timeout_s=args.timeout, on_result=progress)
+    print()
+    print(report.format_table(outcome.results, labels, name, hw.bandwidth_ceiling_tbs))
+    if args.json:
+        summary = report.summarize(outcome.results)
+        args.json.write_text(json.dumps({"request": request.__dict__, "summary": summary.__dict__,
+                                         **outcome.to_json()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

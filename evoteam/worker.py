@@ -1,0 +1,275 @@
+"""Isolated evaluation of an untrusted candidate: a fresh worker process per evaluation.
+
+The parent (`evaluate_isolated`) starts `python -m evoteam.worker REQUEST.json` in its own process
+group, without network where the machine allows (`unshare -n`), and watches a progress file the
+worker appends to: a `start` line before each workload and a `result` line after it. A workload
+that runs past the time limit is recorded as `timeout` and the worker killed; a worker that dies
+(segfault, illegal memory access, out of memory) has the workload it was on recorded with the
+cause; in both cases a new worker continues with the workloads that are left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# Statuses of one workload's evaluation.
+PASSED = "PASSED"
+FAILURE_STATUSES = ("rejected", "compile_error", "exception", "unwritten", "nan_inf", "mismatch", "rel_norm",
+                    "input_modified", "output_replaced", "skipped_work", "timeout", "crash", "out_of_memory",
+                    "flagged_cheat")
+
+
+@dataclass
+class EvalRequest:
+    task: str
+    hardware: str  # spec sheet name (already resolved by the caller)
+    solution: str  # path of the candidate's Python file
+    entry: str = "run"
+    workloads: list[str] = field(default_factory=list)  # uuids; empty means every workload at the scale
+    scale: str = "full"
+    trials: int = 3
+    seed: int = 0
+    timing_mode: str = "events"
+    baseline: str = "auto"
+    baseline_options: dict = field(default_factory=dict)
+    warmup: int = 5
+    reps: int = 50
+    check_only: bool = False
+    use_baseline_cache: bool = False  # take the baseline's time from the cache where it has one
+    profile: bool = True  # look at the kernels the candidate launches (GPU only)
+
+
+@dataclass
+class WorkloadResult:
+    uuid: str
+    status: str  # PASSED or one of FAILURE_STATUSES
+    detail: str = ""
+    baseline: str = ""
+    timing_mode: str = ""
+    baseline_ms: float | None = None
+    candidate_ms: float | None = None
+    candidate_repeat_ms: float | None = None  # the same candidate timed again in the same run: noise
+    spread: dict = field(default_factory=dict)  # p10/p90 of each timed callable
+    floor_ms: float | None = None  # compulsory bytes / peak bandwidth
+    bandwidth_tbs: float | None = None  # compulsory bytes / candidate time
+    flags: list[str] = field(default_factory=list)  # anti-cheat findings that do not stop the run
+    kernels: list[str] = field(default_factory=list)  # kernel names the candidate launched
+    correctness: dict = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.status != PASSED or not self.baseline_ms or not self.candidate_ms:
+            return None
+        return self.baseline_ms / self.candidate_ms
+
+    @property
+    def noise(self) -> float | None:
+        """Relative difference between the two measurements of the same candidate."""
+        if not self.candidate_ms or not self.candidate_repeat_ms:
+            return None
+        return abs(self.candidate_ms - self.candidate_repeat_ms) / min(self.candidate_ms, self.candidate_repeat_ms)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "speedup": self.speedup, "noise": self.noise}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> WorkloadResult:
+        obj = {k: v for k, v in obj.items() if k not in ("speedup", "noise", "event")}
+        return cls(**obj)
+
+
+@dataclass
+class EvalResult:
+    results: list[WorkloadResult]
+    restarts: int = 0  # workers replaced after a crash, an out-of-memory or a timeout
+    log_tail: str = ""
+
+    def to_json(self) -> dict:
+        return {"results": [r.to_json() for r in self.results], "restarts": self.restarts, "log_tail": self.log_tail}
+
+
+# ----------------------------------------------------------------------------- the parent side
+
+
+def _network_isolation_prefix() -> list[str]:
+    """`unshare -n` (a new, empty network namespace) where this machine allows it."""
+    if os.environ.get("EVOTEAM_ALLOW_NETWORK") == "1" or not shutil.which("unshare"):
+        return []
+    args = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-n", "-r"]
+    try:
+        ok = subprocess.run([*args, "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return args if ok else []
+
+
+def _describe_exit(returncode: int, stderr_tail: str) -> tuple[str, str]:
+    """(status, cause) for a worker that died."""
+    text = stderr_tail.lower()
+    if "out of memory" in text or "outofmemoryerror" in text or returncode == -signal.SIGKILL and "memory" in text:
+        return "out_of_memory", "out of memory"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        cause = f"worker killed by {name}"
+    else:
+        cause = f"worker exited with code {returncode}"
+    for marker in ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure"):
+        if marker in text:
+            cause += f" ({marker})"
+    last = [line for line in stderr_tail.strip().splitlines() if line.strip()]
+    if last:
+        cause += f": {last[-1][:300]}"
+    return "crash", cause
+
+
+def _read_progress(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut by a dying worker
+    return events
+
+
+def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s: float | None = None,
+                      python: str = sys.executable, extra_env: dict | None = None,
+                      on_result=None) -> EvalResult:
+    """Run the request in worker processes; never raises for anything the candidate does."""
+    from evoteam.task import load_task
+
+    task = load_task(request.task)
+    all_uuids = request.workloads or [w.uuid for w in task.scaled_workloads(request.scale)]
+    remaining = list(all_uuids)
+    results: dict[str, WorkloadResult] = {}
+    restarts = 0
+    log_tail = ""
+    deadline = time.monotonic() + total_timeout_s if total_timeout_s else None
+    prefix = _network_isolation_prefix()
+
+    with tempfile.TemporaryDirectory(prefix="evoteam-worker-") as tmp:
+        tmp_path = Path(tmp)
+        while remaining:
+            attempt = restarts
+            req_path = tmp_path / f"request{attempt}.json"
+            progress_path = tmp_path / f"progress{attempt}.jsonl"
+            req_path.write_text(json.dumps({**asdict(request), "workloads": remaining}))
+            stderr_path = tmp_path / f"stderr{attempt}.txt"
+            env = {**os.environ, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+            with open(stderr_path, "w") as stderr_file:
+                proc = subprocess.Popen([*prefix, python, "-m", "evoteam.worker", str(req_path), str(progress_path)],
+                                        stdout=stderr_file, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+                current: str | None = None
+                started_at = time.monotonic()
+                seen = 0
+                killed_for: str | None = None
+                while True:
+                    events = _read_progress(progress_path)
+                    for event in events[seen:]:
+                        if event["event"] == "start":
+                            current, started_at = event["uuid"], time.monotonic()
+                        elif event["event"] == "result":
+                            result = WorkloadResult.from_json(event)
+                            results[result.uuid] = result
+                            if on_result:
+                                on_result(result)
+                            current = None
+                            started_at = time.monotonic()
+                    seen = len(events)
+                    if proc.poll() is not None:
+                        break
+                    now = time.monotonic()
+                    if now - started_at > timeout_s or (deadline and now > deadline):
+                        killed_for = "timeout"
+                        _kill_group(proc)
+                        break
+                    time.sleep(0.05)
+                # Results written just before the exit.
+                for event in _read_progress(progress_path)[seen:]:
+                    if event["event"] == "result":
+                        result = WorkloadResult.from_json(event)
+                        results[result.uuid] = result
+                        if on_result:
+                            on_result(result)
+                        current = None
+                    elif event["event"] == "start":
+                        current = event["uuid"]
+            log_tail = stderr_path.read_text()[-4000:]
+            remaining = [u for u in remaining if u not in results]
+            if not remaining:
+                break
+            if killed_for == "timeout":
+                cause = f"no result within {timeout_s:.0f} s"
+                status = "timeout"
+            elif proc.returncode == 0:
+                cause, status = "worker ended without a result for this workload", "crash"
+            else:
+                status, cause = _describe_exit(proc.returncode, log_tail)
+            victim = current or remaining[0]
+            failed = WorkloadResult(uuid=victim, status=status, detail=cause)
+            results[victim] = failed
+            if on_result:
+                on_result(failed)
+            remaining = [u for u in remaining if u != victim]
+            if status == "rejected" or (deadline and time.monotonic() > deadline):
+                for uuid in remaining:
+                    results[uuid] = WorkloadResult(uuid=uuid, status=status, detail=cause)
+                remaining = []
+            restarts += 1
+    return EvalResult(results=[results[u] for u in all_uuids], restarts=restarts, log_tail=log_tail)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+# ----------------------------------------------------------------------------- the worker side
+
+
+def _emit(progress: Path, event: dict) -> None:
+    # One write per line, flushed and synced, so the parent never reads half of a finished line.
+    with open(progress, "a") as fh:
+        fh.write(json.dumps(event) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def worker_main(request_path: str, progress_path: str) -> int:
+    request = EvalRequest(**json.loads(Path(request_path).read_text()))
+    progress = Path(progress_path)
+    from evoteam import hardware
+
+    hw = hardware.load_spec(request.hardware)
+    os.environ.update(hw.env)  # before Triton is imported (the interpreter on CPU)
+
+    from evoteam.evaluate import evaluate_in_process
+
+    for result in evaluate_in_process(request, hw, on_start=lambda uuid: _emit(progress, {"event": "start",
+                                                                                         "uuid": uuid})):
+        _emit(progress, {"event": "result", **result.to_json()})
+        if result.status == "out_of_memory":
+            return 3  # a fresh process gets a clean device for the workloads that are left
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,28 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_WORKLOADS = REPO.parent / "shared" / "data" / "flashinfer_trace" / "mla_paged_decode_h16_ckv512_kpe64_ps1.workloads.jsonl"
+
+
+def run_evoteam(*args: str, cwd: Path | None = None, env: dict | None = None, python: str = sys.executable,
+                timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `python -m evoteam ARGS` in a fresh process, as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([python, "-m", "evoteam", *args], cwd=cwd or REPO, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def evoteam_cli():
+    return run_evoteam
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Baseline-timing caches and run folders of the tests stay out of the user's home."""
+    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))

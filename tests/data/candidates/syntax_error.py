@@ -1,0 +1,4 @@
+"""Planted candidate: does not parse."""
+
+def run(:
+    pass

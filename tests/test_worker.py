@@ -1,0 +1,98 @@
+"""Isolated evaluation with real worker processes: recovery from crashes, hangs, bad code and
+out-of-memory, and the anti-cheat rules enforced on planted candidates."""
+
+import dataclasses
+
+import pytest
+
+from evoteam import hardware
+from evoteam.evaluate import evaluate_in_process
+from evoteam.task import load_task
+from evoteam.worker import EvalRequest, evaluate_isolated
+
+from conftest import REPO
+
+CANDIDATES = REPO / "tests" / "data" / "candidates"
+
+
+@pytest.fixture(scope="module")
+def small_uuids():
+    workloads = load_task("mla_decode").scaled_workloads("small")
+    return [w.uuid for w in workloads]  # batch 1, 1, 16, 16
+
+
+def _request(candidate: str, uuids, **kw) -> EvalRequest:
+    return EvalRequest(task="mla_decode", hardware="cpu", solution=str(CANDIDATES / candidate), workloads=list(uuids),
+                       scale="small", seed=11, warmup=0, reps=2, **kw)
+
+
+def test_correct_candidate_is_timed_against_the_reference(small_uuids):
+    result = evaluate_isolated(_request("mla_torch.py", small_uuids[:2]), timeout_s=120)
+    assert [r.status for r in result.results] == ["PASSED", "PASSED"], result.log_tail
+    for r in result.results:
+        assert r.baseline == "reference" and r.timing_mode == "wallclock"
+        assert r.baseline_ms > 0 and r.candidate_ms > 0 and r.candidate_repeat_ms > 0
+        assert r.speedup == pytest.approx(r.baseline_ms / r.candidate_ms)
+        assert r.noise is not None and r.spread["candidate"]["samples"] == 2
+    assert result.restarts == 0
+
+
+def test_crash_is_recorded_and_the_run_goes_on(small_uuids):
+    seen = []
+    result = evaluate_isolated(_request("crash_on_batch16.py", small_uuids), timeout_s=120, on_result=seen.append)
+    statuses = [r.status for r in result.results]
+    assert statuses == ["PASSED", "PASSED", "crash", "crash"], result.log_tail
+    assert "SIGABRT" in result.results[2].detail
+    assert result.restarts == 2  # one replaced worker per crash
+    assert [r.uuid for r in seen] == small_uuids  # reported as they happened, each once
+
+
+def test_hang_times_out_and_the_run_goes_on(small_uuids):
+    uuids = [small_uuids[0], small_uuids[2], small_uuids[1]]  # the batch-16 one in the middle
+    result = evaluate_isolated(_request("hang_on_batch16.py", uuids), timeout_s=8)
+    assert [r.status for r in result.results] == ["PASSED", "timeout", "PASSED"], result.log_tail
+    assert "no result within 8 s" in result.results[1].detail
+
+
+def test_total_time_limit_fails_what_is_left(small_uuids):
+    result = evaluate_isolated(_request("hang_on_batch16.py", small_uuids[2:]), timeout_s=60, total_timeout_s=6)
+    assert [r.status for r in result.results] == ["timeout", "timeout"]
+
+
+@pytest.mark.parametrize("candidate, status, words", [
+    ("imports_flashinfer.py", "rejected", "imports the baseline library 'flashinfer'"),
+    ("uses_evoteam.py", "rejected", "harness_import"),
+    ("reads_reference.py", "rejected", "calls open()"),
+    ("syntax_error.py", "rejected", "not valid Python"),
+])
+def test_static_rules_reject_before_running(small_uuids, candidate, status, words):
+    result = evaluate_isolated(_request(candidate, small_uuids[:2]), timeout_s=60)
+    assert [r.status for r in result.results] == [status, status]
+    assert words in result.results[0].detail
+
+
+def test_skipping_work_in_timed_calls_is_caught(small_uuids):
+    result = evaluate_isolated(_request("skips_work_when_timed.py", small_uuids[:1]), timeout_s=120)
+    (r,) = result.results
+    assert r.status == "skipped_work", (r.status, r.detail)
+    assert "unwritten" in r.detail
+
+
+def test_out_of_memory_is_a_failure_not_a_crash_of_the_run(small_uuids):
+    result = evaluate_isolated(_request("out_of_memory.py", small_uuids[:2]), timeout_s=120)
+    assert all(r.status in ("exception", "out_of_memory") for r in result.results), result.results
+    assert "memory" in result.results[0].detail.lower() or "alloc" in result.results[0].detail.lower()
+
+
+def test_faster_than_the_physical_floor_is_flagged_not_a_win(small_uuids):
+    # Pretend the CPU moves one byte per second: every real time is then faster than the floor.
+    hw = dataclasses.replace(hardware.load_spec("cpu"), peak_memory_bandwidth_tbs=1e-12)
+    (r,) = list(evaluate_in_process(_request("mla_torch.py", small_uuids[:1]), hw))
+    assert r.status == "flagged_cheat"
+    assert r.flags and r.flags[0].startswith("faster_than_floor")
+    assert r.speedup is None  # not counted as a win
+
+
+def test_unknown_workload_is_an_error_of_the_caller():
+    with pytest.raises(ValueError, match="not in task mla_decode"):
+        list(evaluate_in_process(_request("mla_torch.py", ["nope"]), hardware.load_spec("cpu")))
