@@ -146,7 +146,14 @@ def _evaluate_workload(task: Task, workload: Any, kernel: Callable, baseline: ba
             result.flags.append(f"faster_than_floor: {result.candidate_ms:.4g} ms < physical floor "
                                 f"{result.floor_ms:.4g} ms")
     if hw.is_gpu and request.profile:
-        names = timing.kernel_names(lambda: call_candidate(0), device)
+        try:
+            names = timing.kernel_names(lambda: call_candidate(0), device)
+        except Exception as exc:  # noqa: BLE001 - a profiler that cannot start is noted, not a verdict
+            result.detail += f"; profiler unavailable ({type(exc).__name__})"
+            names = None
+    else:
+        names = None
+    if names is not None:
         result.kernels = sorted(set(names))
         foreign = anticheat.foreign_kernels(names, own_kernels)
         if foreign:

@@ -17,7 +17,7 @@ if [ -d .whl ] && ! python3 -c "import flashinfer, fla" 2>/dev/null; then
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
-export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$out/cache
+export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$out/cache TRITON_CACHE_AUTOTUNING=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 bench() { python3 -m evoteam.bench "$@"; }
 for part in $parts; do
