@@ -46,6 +46,8 @@ class EvalRequest:
     check_only: bool = False
     use_baseline_cache: bool = False  # take the baseline's time from the cache where it has one
     profile: bool = True  # look at the kernels the candidate launches (GPU only)
+    # The static scan is the first line of defence; tests of the second (the profiler) turn it off.
+    static_scan: bool = True
 
 
 @dataclass

@@ -67,3 +67,20 @@ def test_fla_chunk_kda_passes_our_checker(hw):
     for workload in picked.values():
         result = check_kernel(task, workload, _adapter_as_kernel(adapter, task, workload), seed=2, device="cuda")
         assert result.passed, (workload.uuid, result.summary())
+
+
+def test_profiler_catches_baseline_kernels_past_the_static_scan(hw):
+    from evoteam.worker import EvalRequest, evaluate_isolated
+
+    from conftest import REPO
+
+    task = load_task("mla_decode")
+    if baselines.FlashInferMLA().unavailable_reason(task, hw):
+        pytest.skip("flashinfer is not installed")
+    request = EvalRequest(task="mla_decode", hardware=hw.name, workloads=[task.workloads[0].uuid],
+                          solution=str(REPO / "tests" / "data" / "candidates" / "flashinfer_in_disguise.py"),
+                          baseline="flashinfer", warmup=2, reps=5, static_scan=False)
+    (result,) = evaluate_isolated(request, timeout_s=300).results
+    assert result.status == "flagged_cheat", (result.status, result.detail)
+    assert "baseline_kernels" in result.detail
+    assert result.speedup is None
