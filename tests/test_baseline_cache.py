@@ -1,0 +1,34 @@
+"""Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline, workload)."""
+
+from conftest import REPO
+from evoteam.baseline_cache import BaselineCache, Key, hardware_fingerprint
+from evoteam.task import load_task
+from evoteam.worker import EvalRequest, evaluate_isolated
+
+
+def test_keys_keep_versions_and_modes_apart(tmp_path):
+    cache = BaselineCache(tmp_path / "t.jsonl")
+    key = Key("H200", "0.5.3", "events", "flashinfer", "w1")
+    assert cache.get(key) is None
+    cache.put(key, 0.02)
+    cache.put(Key("H200", "0.5.3", "graph", "flashinfer", "w1"), 0.01)
+    cache.put(Key("H200", "0.6.0", "events", "flashinfer", "w1"), 0.03)
+    assert cache.get(key) == 0.02
+    cache.put(key, 0.025)  # re-measured: the newest entry wins
+    assert cache.get(key) == 0.025
+    with open(cache.path, "a") as fh:
+        fh.write('{"key": {"fingerprint"')  # a line cut by an interrupted writer is skipped
+    assert cache.get(Key("H200", "0.6.0", "events", "flashinfer", "w1")) == 0.03
+    assert hardware_fingerprint("cpu").startswith("cpu:")
+
+
+def test_quick_evaluation_reuses_the_cached_baseline():
+    uuid = load_task("mla_decode").scaled_workloads("small")[0].uuid
+    request = EvalRequest(task="mla_decode", hardware="cpu", workloads=[uuid], scale="small", seed=3, warmup=0,
+                          reps=2, solution=str(REPO / "tests" / "data" / "candidates" / "mla_torch.py"))
+    (first,) = evaluate_isolated(request, timeout_s=120).results
+    assert first.baseline == "reference" and "baseline" in first.spread
+    request.use_baseline_cache = True
+    (second,) = evaluate_isolated(request, timeout_s=120).results
+    assert second.baseline == "reference (cached)"
+    assert second.baseline_ms == first.baseline_ms and "baseline" not in second.spread
