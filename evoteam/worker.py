@@ -148,6 +148,27 @@ def _read_progress(path: Path) -> list[dict]:
     return events
 
 
+class _Progress:
+    """Follows one worker's progress file: which workload it is on and since when."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.seen = 0
+        self.current: str | None = None
+        self.started_at = time.monotonic()
+
+    def consume(self, record) -> None:
+        events = _read_progress(self.path)
+        for event in events[self.seen:]:
+            if event["event"] == "start":
+                self.current = event["uuid"]
+            else:
+                record(WorkloadResult.from_json(event))
+                self.current = None
+            self.started_at = time.monotonic()
+        self.seen = len(events)
+
+
 def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s: float | None = None,
                       python: str = sys.executable, extra_env: dict | None = None,
                       on_result=None) -> EvalResult:
@@ -163,6 +184,11 @@ def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s
     deadline = time.monotonic() + total_timeout_s if total_timeout_s else None
     prefix = _network_isolation_prefix()
 
+    def record(result: WorkloadResult) -> None:
+        results[result.uuid] = result
+        if on_result:
+            on_result(result)
+
     with tempfile.TemporaryDirectory(prefix="evoteam-worker-") as tmp:
         tmp_path = Path(tmp)
         while remaining:
@@ -176,41 +202,18 @@ def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s
                 proc = subprocess.Popen([*prefix, python, "-m", "evoteam.worker", str(req_path), str(progress_path)],
                                         stdout=stderr_file, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True)
-                current: str | None = None
-                started_at = time.monotonic()
-                seen = 0
+                progress = _Progress(progress_path)
                 killed_for: str | None = None
-                while True:
-                    events = _read_progress(progress_path)
-                    for event in events[seen:]:
-                        if event["event"] == "start":
-                            current, started_at = event["uuid"], time.monotonic()
-                        elif event["event"] == "result":
-                            result = WorkloadResult.from_json(event)
-                            results[result.uuid] = result
-                            if on_result:
-                                on_result(result)
-                            current = None
-                            started_at = time.monotonic()
-                    seen = len(events)
-                    if proc.poll() is not None:
-                        break
+                while proc.poll() is None:
+                    progress.consume(record)
                     now = time.monotonic()
-                    if now - started_at > timeout_s or (deadline and now > deadline):
+                    if now - progress.started_at > timeout_s or (deadline and now > deadline):
                         killed_for = "timeout"
                         _kill_group(proc)
                         break
                     time.sleep(0.05)
-                # Results written just before the exit.
-                for event in _read_progress(progress_path)[seen:]:
-                    if event["event"] == "result":
-                        result = WorkloadResult.from_json(event)
-                        results[result.uuid] = result
-                        if on_result:
-                            on_result(result)
-                        current = None
-                    elif event["event"] == "start":
-                        current = event["uuid"]
+                progress.consume(record)  # lines written just before the exit
+                current = progress.current
             log_tail = stderr_path.read_text()[-4000:]
             remaining = [u for u in remaining if u not in results]
             if not remaining:
@@ -223,10 +226,7 @@ def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s
             else:
                 status, cause = _describe_exit(proc.returncode, log_tail)
             victim = current or remaining[0]
-            failed = WorkloadResult(uuid=victim, status=status, detail=cause)
-            results[victim] = failed
-            if on_result:
-                on_result(failed)
+            record(WorkloadResult(uuid=victim, status=status, detail=cause))
             remaining = [u for u in remaining if u != victim]
             if status == "rejected" or (deadline and time.monotonic() > deadline):
                 for uuid in remaining:

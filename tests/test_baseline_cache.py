@@ -1,9 +1,10 @@
 """Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline, workload)."""
 
-from conftest import REPO
 from evoteam.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.task import load_task
 from evoteam.worker import EvalRequest, evaluate_isolated
+
+from conftest import REPO
 
 
 def test_keys_keep_versions_and_modes_apart(tmp_path):

@@ -4,6 +4,7 @@ out-of-memory, and the anti-cheat rules enforced on planted candidates."""
 import dataclasses
 
 import pytest
+from planted import write_planted
 
 from evoteam import hardware
 from evoteam.evaluate import evaluate_in_process
@@ -16,14 +17,21 @@ CANDIDATES = REPO / "tests" / "data" / "candidates"
 
 
 @pytest.fixture(scope="module")
+def planted_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("planted")
+    write_planted(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
 def small_uuids():
     workloads = load_task("mla_decode").scaled_workloads("small")
     return [w.uuid for w in workloads]  # batch 1, 1, 16, 16
 
 
-def _request(candidate: str, uuids, **kw) -> EvalRequest:
-    return EvalRequest(task="mla_decode", hardware="cpu", solution=str(CANDIDATES / candidate), workloads=list(uuids),
-                       scale="small", seed=11, warmup=0, reps=2, **kw)
+def _request(candidate: str, uuids, directory=CANDIDATES, **kw) -> EvalRequest:
+    return EvalRequest(task="mla_decode", hardware="cpu", solution=str(directory / candidate),
+                       workloads=list(uuids), scale="small", seed=11, warmup=0, reps=2, **kw)
 
 
 def test_correct_candidate_is_timed_against_the_reference(small_uuids):
@@ -37,9 +45,9 @@ def test_correct_candidate_is_timed_against_the_reference(small_uuids):
     assert result.restarts == 0
 
 
-def test_crash_is_recorded_and_the_run_goes_on(small_uuids):
+def test_crash_is_recorded_and_the_run_goes_on(small_uuids, planted_dir):
     seen = []
-    result = evaluate_isolated(_request("crash_on_batch16.py", small_uuids), timeout_s=120, on_result=seen.append)
+    result = evaluate_isolated(_request("crash_on_batch16.py", directory=planted_dir, uuids=small_uuids), timeout_s=120, on_result=seen.append)
     statuses = [r.status for r in result.results]
     assert statuses == ["PASSED", "PASSED", "crash", "crash"], result.log_tail
     assert "SIGABRT" in result.results[2].detail
@@ -47,15 +55,15 @@ def test_crash_is_recorded_and_the_run_goes_on(small_uuids):
     assert [r.uuid for r in seen] == small_uuids  # reported as they happened, each once
 
 
-def test_hang_times_out_and_the_run_goes_on(small_uuids):
+def test_hang_times_out_and_the_run_goes_on(small_uuids, planted_dir):
     uuids = [small_uuids[0], small_uuids[2], small_uuids[1]]  # the batch-16 one in the middle
-    result = evaluate_isolated(_request("hang_on_batch16.py", uuids), timeout_s=8)
+    result = evaluate_isolated(_request("hang_on_batch16.py", uuids, planted_dir), timeout_s=8)
     assert [r.status for r in result.results] == ["PASSED", "timeout", "PASSED"], result.log_tail
     assert "no result within 8 s" in result.results[1].detail
 
 
-def test_total_time_limit_fails_what_is_left(small_uuids):
-    result = evaluate_isolated(_request("hang_on_batch16.py", small_uuids[2:]), timeout_s=60, total_timeout_s=6)
+def test_total_time_limit_fails_what_is_left(small_uuids, planted_dir):
+    result = evaluate_isolated(_request("hang_on_batch16.py", directory=planted_dir, uuids=small_uuids[2:]), timeout_s=60, total_timeout_s=6)
     assert [r.status for r in result.results] == ["timeout", "timeout"]
 
 
@@ -65,21 +73,22 @@ def test_total_time_limit_fails_what_is_left(small_uuids):
     ("reads_reference.py", "rejected", "calls open()"),
     ("syntax_error.py", "rejected", "not valid Python"),
 ])
-def test_static_rules_reject_before_running(small_uuids, candidate, status, words):
-    result = evaluate_isolated(_request(candidate, small_uuids[:2]), timeout_s=60)
+def test_static_rules_reject_before_running(small_uuids, planted_dir, candidate, status, words):
+    directory = CANDIDATES if candidate == "syntax_error.py" else planted_dir
+    result = evaluate_isolated(_request(candidate, small_uuids[:2], directory), timeout_s=60)
     assert [r.status for r in result.results] == [status, status]
     assert words in result.results[0].detail
 
 
-def test_skipping_work_in_timed_calls_is_caught(small_uuids):
-    result = evaluate_isolated(_request("skips_work_when_timed.py", small_uuids[:1]), timeout_s=120)
+def test_skipping_work_in_timed_calls_is_caught(small_uuids, planted_dir):
+    result = evaluate_isolated(_request("skips_work_when_timed.py", directory=planted_dir, uuids=small_uuids[:1]), timeout_s=120)
     (r,) = result.results
     assert r.status == "skipped_work", (r.status, r.detail)
     assert "unwritten" in r.detail
 
 
-def test_out_of_memory_is_a_failure_not_a_crash_of_the_run(small_uuids):
-    result = evaluate_isolated(_request("out_of_memory.py", small_uuids[:2]), timeout_s=120)
+def test_out_of_memory_is_a_failure_not_a_crash_of_the_run(small_uuids, planted_dir):
+    result = evaluate_isolated(_request("out_of_memory.py", directory=planted_dir, uuids=small_uuids[:2]), timeout_s=120)
     assert all(r.status in ("exception", "out_of_memory") for r in result.results), result.results
     assert "memory" in result.results[0].detail.lower() or "alloc" in result.results[0].detail.lower()
 
