@@ -1,0 +1,1 @@
+"""Agent teams: specs, budgets, the shared workspace, agents, the supervisor and the run loop."""

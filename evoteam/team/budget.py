@@ -1,0 +1,109 @@
+"""The budget ledger of a run: tokens (prompt, completion, cached, reasoning), cost, evaluations and
+wall time, per team and per role. `allow_call` keeps a run within its token budget plus at most
+one call's max output: a call is refused once the tokens spent reach the budget, and a call that
+is allowed may not ask for more output than `max_output_tokens`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cached_tokens += other.cached_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+        self.cost_usd += other.cost_usd
+        self.calls += other.calls
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "total_tokens": self.total_tokens}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Usage:
+        return cls(**{k: v for k, v in obj.items() if k != "total_tokens"})
+
+
+class BudgetExceeded(Exception):
+    """The token, evaluation or time budget is spent: the team stops, the run ends cleanly."""
+
+
+@dataclass
+class Ledger:
+    token_budget: int
+    max_evaluations: int
+    max_wall_time_s: float
+    max_output_tokens: int = 4096
+    total: Usage = field(default_factory=Usage)
+    by_team: dict[str, Usage] = field(default_factory=dict)
+    by_role: dict[str, Usage] = field(default_factory=dict)  # "team_id/role"
+    evaluations: int = 0
+    evaluations_by_team: dict[str, int] = field(default_factory=dict)
+    wall_time_s: float = 0.0  # time of earlier sessions of a resumed run
+    _started: float = field(default_factory=time.monotonic, repr=False)
+
+    # ------------------------------------------------------------------ tokens
+    def tokens_left(self) -> int:
+        return self.token_budget - self.total.total_tokens
+
+    def allow_call(self) -> int:
+        """The max output tokens the next LLM call may ask for; raises once the budget is spent."""
+        if self.tokens_left() <= 0:
+            raise BudgetExceeded(f"token budget spent: {self.total.total_tokens} of {self.token_budget}")
+        self.check_time()
+        return self.max_output_tokens
+
+    def record_llm(self, team: str, role: str, usage: Usage) -> None:
+        self.total.add(usage)
+        self.by_team.setdefault(team, Usage()).add(usage)
+        self.by_role.setdefault(f"{team}/{role}", Usage()).add(usage)
+
+    # ------------------------------------------------------------------ evaluations and time
+    def allow_evaluation(self) -> None:
+        if self.evaluations >= self.max_evaluations:
+            raise BudgetExceeded(f"evaluation budget spent: {self.evaluations} of {self.max_evaluations}")
+        self.check_time()
+
+    def record_evaluation(self, team: str) -> None:
+        self.evaluations += 1
+        self.evaluations_by_team[team] = self.evaluations_by_team.get(team, 0) + 1
+
+    def elapsed_s(self) -> float:
+        return self.wall_time_s + (time.monotonic() - self._started)
+
+    def check_time(self) -> None:
+        if self.elapsed_s() > self.max_wall_time_s:
+            raise BudgetExceeded(f"wall-time budget spent: {self.elapsed_s():.0f} s of {self.max_wall_time_s:.0f} s")
+
+    # ------------------------------------------------------------------ persistence
+    def to_json(self) -> dict:
+        return {
+            "token_budget": self.token_budget, "max_evaluations": self.max_evaluations,
+            "max_wall_time_s": self.max_wall_time_s, "max_output_tokens": self.max_output_tokens,
+            "total": self.total.to_json(), "by_team": {k: v.to_json() for k, v in self.by_team.items()},
+            "by_role": {k: v.to_json() for k, v in self.by_role.items()}, "evaluations": self.evaluations,
+            "evaluations_by_team": self.evaluations_by_team, "wall_time_s": self.elapsed_s(),
+        }
+
+
+def token_budget(mode: str, equal_tokens: int, extra_multiplier: float) -> int:
+    """`equal`: every team preset gets `equal_tokens`; `extra`: that times `extra_multiplier`."""
+    if mode == "equal":
+        return int(equal_tokens)
+    if mode == "extra":
+        return int(equal_tokens * extra_multiplier)
+    raise ValueError(f"unknown budget mode {mode!r}; allowed: equal, extra")

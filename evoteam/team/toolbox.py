@@ -1,0 +1,229 @@
+"""The tools agents act through, bound to one role of one team: write a kernel file in the role's
+own drafts, run the correctness check, run the benchmark on chosen workloads, read the shared
+workspace, submit. Every check and benchmark goes through the isolated harness
+(`evoteam.worker.evaluate_isolated`: own process, time limit, anti-cheat), counts against the
+ledger and lands in the workspace journal; the same evaluation (same source, workloads and kind)
+is answered from the journal instead of being run again, also after a resume.
+
+`TOOL_SCHEMAS` describes the tools for LLM function calling (OpenAI format); `call(name, args)`
+dispatches such a call and always returns a string for the model (errors included).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evoteam import anticheat
+from evoteam.team.budget import Ledger
+from evoteam.team.spec import RoleSpec
+from evoteam.team.workspace import Attempt, Workspace, evaluation_key
+from evoteam.worker import EvalRequest, EvalResult, evaluate_isolated
+
+
+@dataclass
+class HarnessSettings:
+    task: str
+    hardware: str
+    scale: str
+    timing_mode: str = "events"
+    baseline: str = "auto"
+    baseline_options: dict = field(default_factory=dict)
+    trials: int = 3
+    warmup: int = 5
+    reps: int = 30
+    timeout_s: float = 600
+    seed: int = 0
+    probe_workloads: list[str] = field(default_factory=list)  # default workloads of a quick benchmark
+    all_workloads: list[str] = field(default_factory=list)
+    use_baseline_cache: bool = True  # quick feedback; the final re-measurement times both
+
+
+Evaluator = Callable[[EvalRequest, float], EvalResult]
+
+
+def _default_evaluator(request: EvalRequest, timeout_s: float) -> EvalResult:
+    return evaluate_isolated(request, timeout_s=timeout_s)
+
+
+def summarize_result(result: EvalResult) -> tuple[str, str, dict[str, float], dict[str, str], float | None,
+                                                  float | None]:
+    """(status, failure, speedups, statuses, noise, geomean) of an evaluation."""
+    statuses = {r.uuid: r.status for r in result.results}
+    failed = [r for r in result.results if r.status != "PASSED"]
+    speedups = {r.uuid: r.speedup for r in result.results if r.speedup is not None}
+    noises = [r.noise for r in result.results if r.noise is not None]
+    geomean = (math.exp(sum(math.log(s) for s in speedups.values()) / len(speedups))
+               if speedups and not failed else None)
+    status = failed[0].status if failed else "PASSED"
+    failure = f"{failed[0].uuid[:8]}: {failed[0].detail}" if failed else ""
+    return status, failure, speedups, statuses, (max(noises) if noises else None), geomean
+
+
+class Toolbox:
+    def __init__(self, workspace: Workspace, settings: HarnessSettings, ledger: Ledger, team_id: str,
+                 role: RoleSpec, evaluator: Evaluator = _default_evaluator):
+        self.workspace = workspace
+        self.settings = settings
+        self.ledger = ledger
+        self.team_id = team_id
+        self.role = role
+        self.evaluator = evaluator
+        self.drafts: dict[str, str] = {}
+        self.submitted: list[str] = []  # attempt ids
+        self.last_attempt: Attempt | None = None
+
+    # ------------------------------------------------------------------ structured API (offline agents)
+    def evaluate(self, source: str, origin: dict, kind: str = "benchmark",
+                 workloads: list[str] | None = None) -> Attempt:
+        """Check (kind="check") or check and time (kind="benchmark") a candidate's source."""
+        if kind not in ("check", "benchmark"):
+            raise ValueError(f"kind must be check or benchmark, got {kind!r}")
+        workloads = list(workloads or self.settings.probe_workloads or self.settings.all_workloads)
+        key = evaluation_key(source, workloads, kind)
+        known = self.workspace.find(key)
+        if known is not None:
+            self.last_attempt = known
+            return known
+        self.ledger.allow_evaluation()
+        attempt_id, folder = self.workspace.new_attempt_dir(source)
+        s = self.settings
+        request = EvalRequest(task=s.task, hardware=s.hardware, solution=str(folder / "kernel.py"),
+                              workloads=workloads, scale=s.scale, trials=s.trials, seed=s.seed,
+                              timing_mode=s.timing_mode, baseline=s.baseline, baseline_options=s.baseline_options,
+                              warmup=s.warmup, reps=s.reps, check_only=kind == "check",
+                              use_baseline_cache=s.use_baseline_cache)
+        result = self.evaluator(request, s.timeout_s)
+        status, failure, speedups, statuses, noise, geomean = summarize_result(result)
+        attempt = Attempt(attempt_id=attempt_id, key=key, team=self.team_id, role=self.role.name, kind=kind,
+                          origin=origin, workloads=workloads, status=status, failure=failure, speedups=speedups,
+                          statuses=statuses, noise=noise, geomean=geomean)
+        self.ledger.record_evaluation(self.team_id)
+        self.workspace.record(attempt, result.to_json())
+        self.last_attempt = attempt
+        return attempt
+
+    # ------------------------------------------------------------------ the tools
+    def write_kernel(self, name: str, source: str) -> str:
+        if not name or "/" in name or name.startswith("."):
+            return "error: name must be a plain file name, e.g. v1.py"
+        self.drafts[name] = source
+        violations = anticheat.scan_source(source, name)
+        if violations:
+            return f"written {name}; the static scan will reject it: " + "; ".join(str(v) for v in violations[:3])
+        return f"written {name} ({len(source.splitlines())} lines); static scan ok"
+
+    def _source(self, name: str) -> str | None:
+        return self.drafts.get(name)
+
+    def run_check(self, name: str, workloads: list[str] | None = None) -> str:
+        return self._run(name, "check", workloads)
+
+    def run_benchmark(self, name: str, workloads: list[str] | None = None) -> str:
+        return self._run(name, "benchmark", workloads)
+
+    def _run(self, name: str, kind: str, workloads: list[str] | None) -> str:
+        source = self._source(name)
+        if source is None:
+            return f"error: no kernel named {name}; write it first with write_kernel"
+        chosen = self._resolve_workloads(workloads)
+        if isinstance(chosen, str):
+            return chosen
+        attempt = self.evaluate(source, {"llm_file": name}, kind, chosen)
+        return describe(attempt)
+
+    def _resolve_workloads(self, prefixes: list[str] | None) -> list[str] | str:
+        if not prefixes:
+            return list(self.settings.probe_workloads or self.settings.all_workloads)
+        out = []
+        for p in prefixes:
+            matches = [u for u in self.settings.all_workloads if u.startswith(p)]
+            if len(matches) != 1:
+                return f"error: workload {p!r} matches {len(matches)} workloads; use a unique uuid prefix"
+            out.append(matches[0])
+        return out
+
+    def read_shared(self, what: str) -> str:
+        if what not in self.role.reads:
+            return f"error: role {self.role.name} may read {', '.join(self.role.reads)}, not {what}"
+        return self.workspace.view(what)
+
+    def submit(self, name: str, note: str = "") -> str:
+        source = self._source(name)
+        if source is None:
+            return f"error: no kernel named {name}"
+        attempt = self.evaluate(source, {"llm_file": name, "submitted": True}, "benchmark")
+        self.submitted.append(attempt.attempt_id)
+        self.workspace.record_strategy({"team": self.team_id, "role": self.role.name, "submitted": attempt.attempt_id,
+                                        "note": note, "status": attempt.status, "geomean": attempt.geomean})
+        return "submitted: " + describe(attempt)
+
+    def call(self, tool: str, arguments: str | dict) -> str:
+        """Dispatch one function call of an LLM; never raises for the model's mistakes."""
+        if tool not in self.role.tools:
+            return f"error: role {self.role.name} has no tool {tool}; it has {', '.join(self.role.tools)}"
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+        except json.JSONDecodeError as exc:
+            return f"error: the arguments are not valid JSON ({exc.msg}); send a JSON object"
+        if not isinstance(args, dict):
+            return "error: the arguments must be a JSON object"
+        handler = getattr(self, tool)
+        try:
+            return handler(**args)
+        except TypeError as exc:
+            return f"error: bad arguments for {tool}: {exc}"
+
+
+def describe(attempt: Attempt) -> str:
+    head = f"{attempt.kind} {attempt.attempt_id}: {attempt.status}"
+    if attempt.status != "PASSED":
+        return f"{head}; {attempt.failure[:500]}"
+    if attempt.kind == "check":
+        return f"{head} on {len(attempt.workloads)} workloads"
+    per = ", ".join(f"{u[:8]} {s:.3f}x" for u, s in attempt.speedups.items())
+    noise = "" if attempt.noise is None else f"; noise {100 * attempt.noise:.1f}%"
+    return f"{head}; geomean {attempt.geomean:.3f}x{noise}; {per}"
+
+
+TOOL_SCHEMAS = [
+    {"type": "function", "function": {
+        "name": "write_kernel", "description": "Write (or overwrite) a kernel file in your own drafts. It must "
+        "define run(**inputs, **outputs) writing every element of the outputs; allowed imports: torch, triton, math.",
+        "parameters": {"type": "object", "properties": {
+            "name": {"type": "string", "description": "file name, e.g. v1.py"},
+            "source": {"type": "string", "description": "the whole Python source"}},
+            "required": ["name", "source"]}}},
+    {"type": "function", "function": {
+        "name": "run_check", "description": "Check a draft's correctness against the reference (no timing).",
+        "parameters": {"type": "object", "properties": {
+            "name": {"type": "string"},
+            "workloads": {"type": "array", "items": {"type": "string"},
+                          "description": "uuid prefixes; default: the probe set"}},
+            "required": ["name"]}}},
+    {"type": "function", "function": {
+        "name": "run_benchmark", "description": "Check and time a draft against the baseline; returns speedups.",
+        "parameters": {"type": "object", "properties": {
+            "name": {"type": "string"},
+            "workloads": {"type": "array", "items": {"type": "string"}}},
+            "required": ["name"]}}},
+    {"type": "function", "function": {
+        "name": "read_shared", "description": "Read the team's shared workspace.",
+        "parameters": {"type": "object", "properties": {
+            "what": {"type": "string", "enum": ["full_logs", "summaries", "best_kernel", "failure_log"]}},
+            "required": ["what"]}}},
+    {"type": "function", "function": {
+        "name": "submit", "description": "Submit a draft as your result for this turn (it is benchmarked).",
+        "parameters": {"type": "object", "properties": {
+            "name": {"type": "string"}, "note": {"type": "string"}}, "required": ["name"]}}},
+]
+
+
+def schemas_for(role: RoleSpec) -> list[dict]:
+    return [s for s in TOOL_SCHEMAS if s["function"]["name"] in role.tools]
+
+
+__all__ = ["Toolbox", "HarnessSettings", "TOOL_SCHEMAS", "schemas_for", "describe", "summarize_result", "Path"]

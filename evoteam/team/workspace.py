@@ -1,0 +1,137 @@
+"""The shared workspace on disk: every attempt's code, result and failure cause, the team specs,
+a strategy ledger and notes. Later teams (and resumed runs) read it; nothing is deleted.
+
+    <run>/workspace/attempts/<attempt_id>/kernel.py, result.json
+    <run>/workspace/attempts.jsonl   one line per finished evaluation (the evaluation journal)
+    <run>/workspace/teams.jsonl      each team: spec, reason, expected effect, outcome, verdict
+    <run>/workspace/strategy.jsonl   what was tried and what it gave, in order
+    <run>/workspace/notes.md         the analysts' notes
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Attempt:
+    """One finished evaluation of one candidate on some workloads."""
+
+    attempt_id: str
+    key: str  # hash of (source, workloads, kind): the same evaluation is never run twice
+    team: str  # spec_id
+    role: str
+    kind: str  # "check" or "benchmark"
+    origin: dict  # family and params, or the LLM's description
+    workloads: list[str]
+    status: str  # "PASSED" when every workload passed, else the first failure's status
+    failure: str  # "" or the first failure's detail
+    speedups: dict[str, float] = field(default_factory=dict)  # uuid -> speedup (benchmark, passed)
+    statuses: dict[str, str] = field(default_factory=dict)  # uuid -> status
+    noise: float | None = None
+    geomean: float | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def evaluation_key(source: str, workloads: list[str], kind: str) -> str:
+    blob = json.dumps({"source": source, "workloads": sorted(workloads), "kind": kind}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Workspace:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        (self.root / "attempts").mkdir(parents=True, exist_ok=True)
+        self.journal = self.root / "attempts.jsonl"
+        self.teams_path = self.root / "teams.jsonl"
+        self.strategy_path = self.root / "strategy.jsonl"
+        self.notes_path = self.root / "notes.md"
+        self._attempts: list[Attempt] = [Attempt(**json.loads(line)) for line in self._lines(self.journal)]
+
+    @staticmethod
+    def _lines(path: Path) -> list[str]:
+        if not path.is_file():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            if line.strip():
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a line cut by a killed process: everything before it is intact
+                out.append(line)
+        return out
+
+    @staticmethod
+    def _append(path: Path, obj: dict) -> None:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(obj) + "\n")
+
+    # ------------------------------------------------------------------ attempts
+    @property
+    def attempts(self) -> list[Attempt]:
+        return list(self._attempts)
+
+    def find(self, key: str) -> Attempt | None:
+        return next((a for a in self._attempts if a.key == key), None)
+
+    def new_attempt_dir(self, source: str) -> tuple[str, Path]:
+        attempt_id = f"{len(self._attempts) + 1:04d}-{hashlib.sha256(source.encode()).hexdigest()[:8]}"
+        path = self.root / "attempts" / attempt_id
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "kernel.py").write_text(source)
+        return attempt_id, path
+
+    def kernel_path(self, attempt_id: str) -> Path:
+        return self.root / "attempts" / attempt_id / "kernel.py"
+
+    def record(self, attempt: Attempt, full_result: dict) -> None:
+        (self.root / "attempts" / attempt.attempt_id / "result.json").write_text(json.dumps(full_result, indent=1))
+        self._append(self.journal, attempt.to_json())  # last: the journal line marks it finished
+        self._attempts.append(attempt)
+
+    # ------------------------------------------------------------------ teams, strategy, notes
+    def record_team(self, entry: dict) -> None:
+        self._append(self.teams_path, entry)
+
+    def teams(self) -> list[dict]:
+        return [json.loads(line) for line in self._lines(self.teams_path)]
+
+    def record_strategy(self, entry: dict) -> None:
+        self._append(self.strategy_path, entry)
+
+    def add_note(self, text: str) -> None:
+        with open(self.notes_path, "a") as fh:
+            fh.write(text.rstrip() + "\n\n")
+
+    def notes(self) -> str:
+        return self.notes_path.read_text() if self.notes_path.is_file() else ""
+
+    # ------------------------------------------------------------------ views for the agents
+    def best(self) -> Attempt | None:
+        timed = [a for a in self._attempts if a.geomean is not None and a.status == "PASSED"]
+        return max(timed, key=lambda a: a.geomean) if timed else None
+
+    def view(self, what: str, limit: int = 20) -> str:
+        """What a role may read: full_logs, summaries, best_kernel or failure_log."""
+        if what == "best_kernel":
+            best = self.best()
+            if best is None:
+                return "no verified kernel yet"
+            return f"# attempt {best.attempt_id}, geomean {best.geomean:.3f}x\n" + self.kernel_path(
+                best.attempt_id).read_text()
+        if what == "failure_log":
+            failed = [a for a in self._attempts if a.status != "PASSED"][-limit:]
+            return "\n".join(f"{a.attempt_id} {a.origin} {a.status}: {a.failure[:300]}" for a in failed) or "none"
+        if what == "summaries":
+            rows = [f"{a.attempt_id} {a.role} {a.origin} {a.kind} {a.status} "
+                    f"{'' if a.geomean is None else f'{a.geomean:.3f}x'}" for a in self._attempts[-limit:]]
+            return "\n".join(rows) + ("\n\nnotes:\n" + self.notes()[-2000:] if self.notes() else "")
+        if what == "full_logs":
+            return "\n".join(json.dumps(a.to_json()) for a in self._attempts[-limit:])
+        raise ValueError(f"unknown view {what!r}")
