@@ -67,10 +67,10 @@ class TaskConfig:
 @dataclass
 class BudgetConfig:
     mode: BudgetMode = BudgetMode.equal
-    # Tokens per team preset in equal mode (prompt + completion); documented in README.md.
-    tokens: int = 2_000_000
+    # Per run, the same for every team preset in equal mode; `extra` multiplies all three limits.
+    tokens: int = 2_000_000  # prompt + completion tokens
     extra_multiplier: float = 4.0
-    max_evaluations: int = 40
+    max_evaluations: int = 16  # harness evaluations (check or benchmark) during the search
     max_wall_time_s: int = 3600
 
 

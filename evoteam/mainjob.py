@@ -1,15 +1,18 @@
-"""The main job until the agent team lands: evaluate the task's seed kernel on every workload of the
-selected scale against the task's baseline on the selected hardware, in isolated worker processes.
+"""The main job, `python -m evoteam`: a supervisor runs a team of agents (LLM or the offline
+policy) that search for faster kernels of the task on the hardware target, within a budget;
+the best verified kernels are re-measured against the baseline at the end.
 
-Results are appended per workload to `<run dir>/results.jsonl` and FlashInfer-Trace lines to
-`<run dir>/traces.jsonl` as they arrive, so an interrupted run keeps what it finished and
-`resume=<run dir>` continues with the workloads that are left.
+Everything lands in the run directory: `config.yaml`, `state.json` (checkpoint), `workspace/`
+(attempts, team specs, strategy ledger, notes), `llm_journal.jsonl`, `final/` (dispatch table,
+kernels, per-workload results, FlashInfer-Trace lines). `resume=<run dir>` continues a run.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,78 +20,112 @@ from omegaconf import DictConfig, OmegaConf
 from evoteam import hardware, report
 from evoteam.errors import UserError
 from evoteam.schema import append_traces
-from evoteam.worker import EvalRequest, WorkloadResult, evaluate_isolated
 
-SEED_SOLUTION = "seed_triton"
-CPU_REPS = (1, 3)  # (warm-up, timed) rounds: the Triton interpreter takes seconds per call
-GPU_REPS = (10, 100)
+CPU_REPS = (0, 3)  # (warm-up, timed) rounds per search evaluation: the Triton interpreter is slow
+GPU_REPS = (5, 30)
 
 
-def finished_results(path: Path) -> dict[str, WorkloadResult]:
-    if not path.is_file():
-        return {}
-    done = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            result = WorkloadResult.from_json(json.loads(line))
-            done[result.uuid] = result
-    return done
+def _run_dir(cfg: DictConfig) -> tuple[Path, DictConfig]:
+    """The run directory and the configuration to run with (a resumed run keeps its own)."""
+    if not cfg.resume:
+        from hydra.core.hydra_config import HydraConfig
+
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        return run_dir, cfg
+    run_dir = Path(cfg.resume)
+    saved = run_dir / "config.yaml"
+    if not saved.is_file():
+        raise UserError(f"resume={cfg.resume} is not an evoteam run directory (no config.yaml); "
+                        f"give the folder of an earlier run")
+    original = OmegaConf.merge(cfg, OmegaConf.load(saved))  # typed by the schema, values of the run
+    original.resume = str(run_dir)
+    return run_dir, original
 
 
 def run(cfg: DictConfig) -> float | None:
-    from hydra.core.hydra_config import HydraConfig
-
+    from evoteam.families import load_families
     from evoteam.task import load_task, select_workloads, shape_label
+    from evoteam.team.budget import Ledger, token_budget
+    from evoteam.team.offline import SearchSpace
+    from evoteam.team.presets import PRESETS
+    from evoteam.team.runner import TeamRun, probe_workloads, stop_cleanly
+    from evoteam.team.supervisor import Supervisor
+    from evoteam.team.toolbox import HarnessSettings
     from evoteam.trace_writer import to_trace
 
+    run_dir, cfg = _run_dir(cfg)
     hw = hardware.resolve(cfg.hardware.name, remote=cfg.executor.kind.value == "docker")
     if cfg.executor.kind.value != "local":
         raise UserError(f"executor={cfg.executor.kind.value} is not available yet; use executor=local")
     task = load_task(cfg.task.name)
     scale = cfg.task.scale or hw.problem_scale
     workloads = select_workloads(task.scaled_workloads(scale), list(cfg.task.workloads))
-    labels = {w.uuid: shape_label(w) for w in workloads}
-
-    run_dir = Path(cfg.resume) if cfg.resume else Path(HydraConfig.get().runtime.output_dir)
-    if cfg.resume and not (run_dir / "config.yaml").is_file():
-        raise UserError(f"resume={cfg.resume} is not an evoteam run directory (no config.yaml); "
-                        f"give the folder of an earlier run")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    results_path, traces_path = run_dir / "results.jsonl", run_dir / "traces.jsonl"
-    done = finished_results(results_path)
-    if not cfg.resume:
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    base_seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
+    groups = {w.uuid: task.workload_group(w) for w in workloads}
+    seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
+    if cfg.seed is None:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.merge(cfg, {"seed": seed}), resolve=True))
     warmup, reps = GPU_REPS if hw.is_gpu else CPU_REPS
-    todo = [w for w in workloads if w.uuid not in done]
+    settings = HarnessSettings(task=task.name, hardware=hw.name, scale=scale,
+                               timing_mode=cfg.timing_mode.value if hw.is_gpu else "wallclock",
+                               baseline=cfg.task.baseline, trials=cfg.task.check_trials, warmup=warmup, reps=reps,
+                               timeout_s=cfg.executor.timeout_s, seed=seed,
+                               probe_workloads=probe_workloads(workloads, groups),
+                               all_workloads=[w.uuid for w in workloads])
+    mode = cfg.budget.mode.value
+    multiplier = cfg.budget.extra_multiplier if mode == "extra" else 1.0
+    ledger = Ledger(token_budget=token_budget(mode, cfg.budget.tokens, cfg.budget.extra_multiplier),
+                    max_evaluations=int(cfg.budget.max_evaluations * multiplier),
+                    max_wall_time_s=cfg.budget.max_wall_time_s * multiplier,
+                    max_output_tokens=cfg.llm.max_output_tokens)
 
-    print(f"evoteam: task {task.name}, {len(workloads)} workloads at scale {scale}, on {hw.name}; "
-          f"candidate {SEED_SOLUTION}; baseline {cfg.task.baseline}; seed {base_seed}; run dir {run_dir}", flush=True)
-    if done:
-        print(f"evoteam: resuming: {len(done)} of {len(workloads)} workloads already finished", flush=True)
+    offline = cfg.llm.provider.value == "offline"
+    model = "offline" if offline else cfg.llm.model
+    llm_agent_factory = llm_redesign = None
+    if not offline:
+        from evoteam.llm import LLMClient
+        from evoteam.team.llm_agent import LLMAgent
+        from evoteam.team.llm_supervisor import propose_redesign
 
+        client = LLMClient(cfg.llm, journal=run_dir / "llm_journal.jsonl")
+        client.preflight()
+
+        def llm_agent_factory(role):
+            return LLMAgent(role, client)
+
+        def llm_redesign(spec, progress_report):
+            return propose_redesign(client, ledger, spec, progress_report, [model])
+
+    preset = replace(PRESETS[cfg.team.preset.value](model), stall_evaluations=cfg.team.stall_evaluations)
+    supervisor = Supervisor(groups=sorted(set(groups.values())), models=[model], llm_redesign=llm_redesign)
+    team_run = TeamRun(run_dir=run_dir, task=task, workloads=workloads, settings=settings, ledger=ledger,
+                       preset=preset, space=SearchSpace(load_families(task)), supervisor=supervisor, seed=seed,
+                       llm_agent_factory=llm_agent_factory)
+    print(f"evoteam: task {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; team "
+          f"{cfg.team.preset.value}; llm {model}; budget {mode}: {ledger.token_budget} tokens, "
+          f"{ledger.max_evaluations} evaluations; seed {seed}; run dir {run_dir}", flush=True)
+    try:
+        why = team_run.run()
+    except KeyboardInterrupt:
+        stop_cleanly(run_dir)
+        sys.exit(130)
+    print(f"\nstopped: {why}\n\nteam history:\n{team_run.history()}\n", flush=True)
+
+    print("final: the best verified kernel per workload, re-measured against the baseline side by side", flush=True)
+    results = team_run.final_measurement(timeout_s=cfg.executor.timeout_s)
+    labels = {w.uuid: shape_label(w) for w in workloads}
     by_uuid = {w.uuid: w for w in workloads}
-    counter = {"n": len(done)}
-
-    def record(result: WorkloadResult) -> None:
-        with open(results_path, "a") as fh:
-            fh.write(json.dumps(result.to_json()) + "\n")
-        append_traces(traces_path, [to_trace(task.definition.name, by_uuid[result.uuid], SEED_SOLUTION, result,
-                                             hw.name)])
-        counter["n"] += 1
-        speed = f" {result.speedup:.3f}x" if result.speedup else ""
-        print(f"[{counter['n']}/{len(workloads)}] {result.uuid[:8]} {labels[result.uuid]}: {result.status}{speed}",
-              flush=True)
-
-    if todo:
-        request = EvalRequest(task=task.name, hardware=hw.name, solution=str(task.seed_kernel_path),
-                              workloads=[w.uuid for w in todo], scale=scale, trials=cfg.task.check_trials,
-                              seed=base_seed, timing_mode=cfg.timing_mode.value, baseline=cfg.task.baseline,
-                              warmup=warmup, reps=reps)
-        evaluate_isolated(request, timeout_s=cfg.executor.timeout_s, on_result=record)
-
-    finished = finished_results(results_path)
-    results = [finished[w.uuid] for w in workloads if w.uuid in finished]
-    print()
-    print(report.format_table(results, labels, SEED_SOLUTION, hw.bandwidth_ceiling_tbs))
+    traces = run_dir / "final" / "traces.jsonl"
+    traces.unlink(missing_ok=True)
+    dispatch = json.loads((run_dir / "final" / "dispatch.json").read_text())
+    for r in results:
+        append_traces(traces, [to_trace(task.definition.name, by_uuid[r.uuid], f"evoteam-{dispatch[r.uuid]}", r,
+                                        hw.name)])
+    print(report.format_table(results, labels, "best", hw.bandwidth_ceiling_tbs))
+    kernels = sorted(set(dispatch.values()))
+    total = ledger.total
+    print(f"dispatch: {len(kernels)} kernel(s) ({', '.join(k or 'default' for k in kernels)}); "
+          f"evaluations {ledger.evaluations}; tokens {total.total_tokens} (prompt {total.prompt_tokens}, "
+          f"completion {total.completion_tokens}); cost ${total.cost_usd:.4f}")
     return report.summarize(results).geomean_speedup

@@ -12,6 +12,7 @@ Each task is a folder `kernels/<name>/` (data, not an import package) holding:
                           fresh random data from `generator` (a torch.Generator on `device`); index
                           structure deterministic per workload
                       min_bytes(workload, inputs) -> int   (optional) compulsory device-memory traffic
+                      workload_group(workload) -> str      (optional) e.g. "batch64", for splitting work
                       TOLERANCES: dict[output name, Tolerance]   (optional per-output overrides)
   seed_triton.py    `run(**inputs, **outputs)`: the simple, correct seed kernel (destination-passing)
 
@@ -131,6 +132,11 @@ class Task:
         each output written once), from the task's `min_bytes`; None if the task does not say."""
         fn = getattr(self.module, "min_bytes", None)
         return None if fn is None else int(fn(workload, inputs))
+
+    def workload_group(self, workload: Workload) -> str:
+        """The task's grouping of workloads (its optional `workload_group`), else "all"."""
+        fn = getattr(self.module, "workload_group", None)
+        return "all" if fn is None else str(fn(workload))
 
     # ------------------------------------------------------------ kernels
     @property

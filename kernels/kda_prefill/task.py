@@ -163,3 +163,8 @@ def min_bytes(workload: Workload, inputs: dict) -> int:
     T, H, N = inputs["q"].shape[0], inputs["q"].shape[1], inputs["cu_seqlens"].numel() - 1
     total += T * H * HEAD_DIM_V * 2 + N * H * HEAD_DIM_K * HEAD_DIM_V * 4  # o (bf16), final_state (fp32)
     return total
+
+
+def workload_group(workload):
+    """One long sequence, or a batch of sequences packed through cu_seqlens."""
+    return "single" if workload.axes["num_seqs"] == 1 else "batched"

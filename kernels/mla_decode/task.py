@@ -155,3 +155,8 @@ def min_bytes(workload, inputs):
     index = (tokens + batch + 1) * 4
     out = batch * NUM_QO_HEADS * (HEAD_DIM_CKV * 2 + 4)
     return q + kv + index + out
+
+
+def workload_group(workload):
+    """Workloads fall in three groups by batch size (1, 16, 64): what a kernel must do differs."""
+    return f"batch{workload.axes['batch_size']}"

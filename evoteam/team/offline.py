@@ -1,0 +1,192 @@
+"""The built-in search policy (`llm=offline`): agents without an LLM that search the task's kernel
+families (`kernels/<task>/families.json`) and their parameters. Each role kind behaves as its name
+says; every candidate they produce is a real file that the harness really evaluates.
+
+  explorer   an untried point of the least-explored family, far from what was tried
+  tuner      the best verified kernel (of its workload group, if it has one) with one parameter
+             moved to a neighbouring value; explores when every neighbour was tried
+  debugger   the family and parameters of the latest failure, moved back towards the family's
+             default one parameter at a time, checked on the workloads that failed
+  analyst    no evaluation: writes the team's notes (best per group, failure causes) to the workspace
+  reviewer   re-benchmarks the best kernel on every workload (verification), then tunes
+  generalist explores for its first turns, then tunes, and debugs after a failure
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+from evoteam.families import Family, apply_params
+from evoteam.team.progress import Progress
+from evoteam.team.spec import RoleSpec
+from evoteam.team.toolbox import Toolbox, describe
+from evoteam.team.workspace import Attempt
+
+
+@dataclass(frozen=True)
+class Point:
+    family: str
+    params: tuple[tuple[str, object], ...]
+
+    @property
+    def as_dict(self) -> dict:
+        return dict(self.params)
+
+    def origin(self) -> dict:
+        return {"family": self.family, "params": self.as_dict}
+
+
+class SearchSpace:
+    def __init__(self, families: list[Family]):
+        if not families:
+            raise ValueError("the task has no kernel families to search (kernels/<task>/families.json)")
+        self.families = {f.name: f for f in families}
+        self._sources = {f.name: f.path.read_text() for f in families}
+
+    def default(self, family: str) -> Point:
+        return Point(family, tuple(sorted(self.families[family].default.items())))
+
+    def points(self, family: str) -> list[Point]:
+        space = self.families[family].space
+        keys = sorted(space)
+        return [Point(family, tuple(zip(keys, values))) for values in itertools.product(*(space[k] for k in keys))]
+
+    def neighbours(self, point: Point) -> list[Point]:
+        space = self.families[point.family].space
+        out = []
+        params = point.as_dict
+        for key in sorted(space):
+            values = space[key]
+            if params.get(key) not in values:
+                continue
+            i = values.index(params[key])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(values):
+                    out.append(Point(point.family, tuple(sorted({**params, key: values[j]}.items()))))
+        return out
+
+    def source(self, point: Point) -> str:
+        return apply_params(self._sources[point.family], point.as_dict)
+
+
+def _distance(params: dict, seen: list[dict]) -> int:
+    """How many parameters differ from the nearest of `seen`."""
+    return min((sum(params[k] != q.get(k) for k in params) for q in seen), default=len(params))
+
+
+def point_of(attempt: Attempt) -> Point | None:
+    origin = attempt.origin or {}
+    if "family" not in origin:
+        return None
+    return Point(origin["family"], tuple(sorted(origin["params"].items())))
+
+
+class OfflineAgent:
+    def __init__(self, role: RoleSpec, space: SearchSpace, rng: random.Random, group_workloads: dict[str, list[str]]):
+        self.role = role
+        self.space = space
+        self.rng = rng
+        self.group_workloads = group_workloads
+
+    # ------------------------------------------------------------------ helpers
+    def _workloads(self, toolbox: Toolbox) -> list[str] | None:
+        group = self.role.workload_group
+        if group and group in self.group_workloads:
+            return self.group_workloads[group]
+        return None  # the probe set
+
+    def _tried(self, toolbox: Toolbox) -> set[Point]:
+        return {p for a in toolbox.workspace.attempts if (p := point_of(a)) is not None}
+
+    def _best(self, toolbox: Toolbox) -> Attempt | None:
+        group = self.role.workload_group
+        candidates = [a for a in toolbox.workspace.attempts if a.status == "PASSED" and a.speedups
+                      and point_of(a) is not None]
+        if group and group in self.group_workloads:
+            wanted = set(self.group_workloads[group])
+
+            def score(a: Attempt) -> float:
+                vals = [s for u, s in a.speedups.items() if u in wanted]
+                return sum(vals) / len(vals) if vals else 0.0
+            candidates = [a for a in candidates if wanted & set(a.speedups)]
+            return max(candidates, key=score) if candidates else None
+        timed = [a for a in candidates if a.geomean is not None]
+        return max(timed, key=lambda a: a.geomean) if timed else None
+
+    def _evaluate(self, toolbox: Toolbox, point: Point, kind: str = "benchmark", workloads=None) -> str:
+        attempt = toolbox.evaluate(self.space.source(point), {**point.origin(), "by": self.role.kind}, kind,
+                                   workloads if workloads is not None else self._workloads(toolbox))
+        return f"{self.role.name} ({self.role.kind}) tried {point.family} {point.as_dict}: {describe(attempt)}"
+
+    # ------------------------------------------------------------------ behaviours
+    def explore(self, toolbox: Toolbox) -> str:
+        tried = self._tried(toolbox)
+        counts = {name: sum(1 for p in tried if p.family == name) for name in self.space.families}
+        for family in sorted(counts, key=lambda n: (counts[n], n)):
+            if self.space.default(family) not in tried:
+                return self._evaluate(toolbox, self.space.default(family))
+            untried = [p for p in self.space.points(family) if p not in tried]
+            if untried:
+                # Far from what was tried: the untried points that differ most from the nearest tried one.
+                seen = [q.as_dict for q in tried if q.family == family]
+                distance = {p: _distance(p.as_dict, seen) for p in untried}
+                far = max(distance.values())
+                return self._evaluate(toolbox, self.rng.choice([p for p in untried if distance[p] == far]))
+        return f"{self.role.name}: every point of every family was tried"
+
+    def tune(self, toolbox: Toolbox) -> str:
+        best = self._best(toolbox)
+        if best is None:
+            return self.explore(toolbox)
+        tried = self._tried(toolbox)
+        untried = [p for p in self.space.neighbours(point_of(best)) if p not in tried]
+        if not untried:
+            return self.explore(toolbox)
+        return self._evaluate(toolbox, self.rng.choice(untried))
+
+    def debug(self, toolbox: Toolbox) -> str:
+        failed = [a for a in toolbox.workspace.attempts if a.status != "PASSED" and point_of(a) is not None]
+        if not failed:
+            return self.tune(toolbox)
+        last = failed[-1]
+        point = point_of(last)
+        default = self.space.default(point.family).as_dict
+        tried = self._tried(toolbox)
+        params = point.as_dict
+        for key in sorted(params):
+            if params[key] != default.get(key, params[key]):
+                candidate = Point(point.family, tuple(sorted({**params, key: default[key]}.items())))
+                if candidate not in tried:
+                    bad = [u for u, s in last.statuses.items() if s != "PASSED"] or None
+                    return self._evaluate(toolbox, candidate, "benchmark", bad)
+        return self.tune(toolbox)
+
+    def analyse(self, toolbox: Toolbox, progress: Progress) -> str:
+        toolbox.workspace.add_note(f"## {self.role.name} after {progress.evaluations} evaluations\n{progress.report()}")
+        return f"{self.role.name} wrote notes: {progress.report()}"
+
+    def review(self, toolbox: Toolbox) -> str:
+        best = self._best(toolbox)
+        all_workloads = toolbox.settings.all_workloads
+        if best is not None and set(best.workloads) != set(all_workloads):
+            return self._evaluate(toolbox, point_of(best), "benchmark", all_workloads)
+        return self.tune(toolbox)
+
+    def turn(self, toolbox: Toolbox, progress: Progress, turn_index: int) -> str:
+        kind = self.role.kind
+        if kind == "explorer":
+            return self.explore(toolbox)
+        if kind == "tuner":
+            return self.tune(toolbox)
+        if kind == "debugger":
+            return self.debug(toolbox)
+        if kind == "analyst":
+            return self.analyse(toolbox, progress)
+        if kind == "reviewer":
+            return self.review(toolbox)
+        # generalist
+        if progress.failure_streak[1] > 0:
+            return self.debug(toolbox)
+        return self.explore(toolbox) if turn_index < 2 or turn_index % 4 == 3 else self.tune(toolbox)

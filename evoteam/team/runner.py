@@ -1,0 +1,278 @@
+"""The run loop: the current team's roles take turns (each turn ends in at most a few evaluations
+through the isolated harness), the supervisor reviews after every round and redesigns an
+evolving team when it stalls, until the token, evaluation or time budget is spent. Then the best
+verified kernels (one per workload, a dispatch table) are re-measured against the baseline on all
+workloads, side by side.
+
+State is checkpointed at the start of every turn (`state.json`) and every finished evaluation is
+in the workspace journal, so `resume=<run dir>` continues without losing or repeating finished
+evaluations; turns are deterministic given their position (the offline policy's random choices
+are seeded by it), and LLM calls of an interrupted turn are replayed from the LLM journal.
+Ctrl-C stops cleanly at that checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evoteam.team.budget import BudgetExceeded, Ledger, Usage
+from evoteam.team.offline import OfflineAgent, SearchSpace
+from evoteam.team.progress import Progress, progress_of
+from evoteam.team.spec import TeamSpec
+from evoteam.team.supervisor import Supervisor, stalled, verdict
+from evoteam.team.toolbox import HarnessSettings, Toolbox
+from evoteam.team.workspace import Workspace
+from evoteam.worker import EvalRequest, WorkloadResult, evaluate_isolated
+
+
+@dataclass
+class RunState:
+    spec: TeamSpec
+    team_index: int = 0
+    round: int = 0
+    role_index: int = 0
+    team_start_evaluations: int = 0
+    tried: list[str] = field(default_factory=list)  # spec ids
+    tokens_total: dict = field(default_factory=dict)  # Usage json at the start of the turn
+    tokens_by_team: dict = field(default_factory=dict)
+    tokens_by_role: dict = field(default_factory=dict)
+    wall_time_s: float = 0.0
+    finished: bool = False
+
+    def to_json(self) -> dict:
+        return {**{k: v for k, v in self.__dict__.items() if k != "spec"}, "spec": self.spec.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> RunState:
+        return cls(**{**obj, "spec": TeamSpec.from_json(obj["spec"])})
+
+
+def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2) -> list[str]:
+    """A representative subset for quick benchmarks: the smallest and largest of every group."""
+    def size(w) -> int:
+        total = 1
+        for v in w.axes.values():
+            total *= max(1, v)
+        return total
+
+    out: list[str] = []
+    for group in sorted(set(groups.values())):
+        members = sorted((w for w in workloads if groups[w.uuid] == group), key=size)
+        picks = [members[0], members[-1]] if per_group >= 2 and len(members) > 1 else members[:1]
+        out += [w.uuid for w in picks if w.uuid not in out]
+    return out
+
+
+class TeamRun:
+    def __init__(self, *, run_dir: Path, task, workloads: list, settings: HarnessSettings, ledger: Ledger,
+                 preset: TeamSpec, space: SearchSpace, supervisor: Supervisor, seed: int,
+                 llm_agent_factory: Callable | None = None, log: Callable[[str], None] = print):
+        self.run_dir = Path(run_dir)
+        self.task = task
+        self.workloads = workloads
+        self.groups = {w.uuid: task.workload_group(w) for w in workloads}
+        self.group_workloads: dict[str, list[str]] = {}
+        for uuid, g in self.groups.items():
+            self.group_workloads.setdefault(g, []).append(uuid)
+        self.settings = settings
+        self.ledger = ledger
+        self.space = space
+        self.supervisor = supervisor
+        self.seed = seed
+        self.llm_agent_factory = llm_agent_factory
+        self.log = log
+        self.workspace = Workspace(self.run_dir / "workspace")
+        self.state_path = self.run_dir / "state.json"
+        if self.state_path.is_file():
+            self.state = RunState.from_json(json.loads(self.state_path.read_text()))
+            self._restore_ledger()
+            self.log(f"resuming: team {self.state.spec.name} [{self.state.spec.spec_id}], "
+                     f"{len(self.workspace.attempts)} finished evaluations kept")
+        else:
+            self.state = RunState(spec=preset, tried=[preset.spec_id])
+            self.workspace.record_team({"event": "start", "index": 0, "designed_by": "preset", "at_evaluation": 0,
+                                        **preset.to_json()})
+
+    # ------------------------------------------------------------------ checkpoints
+    def _restore_ledger(self) -> None:
+        s = self.state
+        self.ledger.total = Usage.from_json(s.tokens_total) if s.tokens_total else Usage()
+        self.ledger.by_team = {k: Usage.from_json(v) for k, v in s.tokens_by_team.items()}
+        self.ledger.by_role = {k: Usage.from_json(v) for k, v in s.tokens_by_role.items()}
+        attempts = self.workspace.attempts
+        self.ledger.evaluations = len(attempts)
+        self.ledger.evaluations_by_team = {}
+        for a in attempts:
+            self.ledger.evaluations_by_team[a.team] = self.ledger.evaluations_by_team.get(a.team, 0) + 1
+        self.ledger.wall_time_s = s.wall_time_s
+
+    def checkpoint(self) -> None:
+        s = self.state
+        s.tokens_total = self.ledger.total.to_json()
+        s.tokens_by_team = {k: v.to_json() for k, v in self.ledger.by_team.items()}
+        s.tokens_by_role = {k: v.to_json() for k, v in self.ledger.by_role.items()}
+        s.wall_time_s = self.ledger.elapsed_s()
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(s.to_json(), indent=1))
+        tmp.replace(self.state_path)  # atomic: a kill leaves the old or the new state, never half
+
+    # ------------------------------------------------------------------ the loop
+    def progress(self, upto: int | None = None) -> Progress:
+        attempts = self.workspace.attempts
+        return progress_of(attempts if upto is None else attempts[:upto], self.groups)
+
+    def _agent(self, role, turn_position: str):
+        if role.model == "offline" or self.llm_agent_factory is None:
+            rng = random.Random(f"{self.seed}/{turn_position}")
+            return OfflineAgent(role, self.space, rng, self.group_workloads)
+        return self.llm_agent_factory(role)
+
+    def _turn(self, role) -> str:
+        s = self.state
+        position = f"{s.team_index}/{s.round}/{s.role_index}"
+        agent = self._agent(role, position)
+        toolbox = Toolbox(self.workspace, self.settings, self.ledger, s.spec.spec_id, role)
+        if isinstance(agent, OfflineAgent):
+            return agent.turn(toolbox, self.progress(), s.round)
+        context = (f"Task {self.task.name}: {self.task.definition.description or ''}\n"
+                   f"Progress: {self.progress().report()}\nWorkload groups: "
+                   + ", ".join(f"{g}: {len(u)} workloads" for g, u in self.group_workloads.items()))
+        return agent.turn(toolbox, self.ledger, context)
+
+    def run(self) -> str:
+        """Run until a budget is spent. Returns why it stopped."""
+        s = self.state
+        if s.finished:
+            return "finished earlier"
+        try:
+            while True:
+                roles = s.spec.turn_order
+                while s.role_index < len(roles):
+                    self.checkpoint()
+                    message = self._turn(roles[s.role_index])
+                    self.log(f"  [{self.ledger.evaluations} eval, {self.ledger.total.total_tokens} tok] {message}")
+                    s.role_index += 1
+                s.role_index = 0
+                s.round += 1
+                self._review()
+        except BudgetExceeded as exc:
+            s.finished = True
+            self._close_team()
+            self.checkpoint()
+            return str(exc)
+        except KeyboardInterrupt:
+            self.checkpoint()
+            raise
+
+    def _review(self) -> None:
+        s = self.state
+        progress = self.progress()
+        team_evaluations = progress.evaluations - s.team_start_evaluations
+        why = stalled(s.spec, progress, team_evaluations)
+        if why is None or not s.spec.evolvable:
+            return
+        new_spec, designer = self.supervisor.redesign(s.spec, progress, why, set(s.tried))
+        if new_spec is None:
+            return  # every design was tried: the current team goes on
+        self._close_team()
+        s.team_index += 1
+        s.round = 0
+        s.spec = new_spec
+        s.tried.append(new_spec.spec_id)
+        s.team_start_evaluations = progress.evaluations
+        self.workspace.record_team({"event": "start", "index": s.team_index, "designed_by": designer,
+                                    "at_evaluation": progress.evaluations, **new_spec.to_json()})
+        self.log(f"supervisor ({designer}): {new_spec.reason}\n  -> {new_spec.summary()}\n"
+                 f"  expects: {new_spec.expected_effect}")
+
+    def _close_team(self) -> None:
+        s = self.state
+        start = self.progress(s.team_start_evaluations)
+        now = self.progress()
+        self.workspace.record_team({"event": "end", "index": s.team_index, "spec_id": s.spec.spec_id,
+                                    "evaluations": now.evaluations - start.evaluations,
+                                    "best_before": start.best_geomean, "best_after": now.best_geomean,
+                                    "correct_rate": now.correct_rate, "failures": dict(now.failures),
+                                    "tokens": self.ledger.by_team.get(s.spec.spec_id, Usage()).to_json(),
+                                    "verdict": verdict(s.spec, start, now)})
+
+    # ------------------------------------------------------------------ the result
+    def dispatch(self) -> dict[str, str]:
+        """Workload uuid -> attempt id of the best verified kernel for it (its own measurement, else
+        its group's best, else the best overall, else the default of the first family)."""
+        attempts = [a for a in self.workspace.attempts if a.status == "PASSED" and a.speedups]
+        table: dict[str, str] = {}
+        group_best: dict[str, tuple[float, str]] = {}
+        for a in attempts:
+            for uuid, s in a.speedups.items():
+                g = self.groups.get(uuid, "all")
+                if s > group_best.get(g, (0.0, ""))[0]:
+                    group_best[g] = (s, a.attempt_id)
+        overall = max((a for a in attempts if a.geomean), key=lambda a: a.geomean, default=None)
+        for w in self.workloads:
+            own = [(a.speedups[w.uuid], a.attempt_id) for a in attempts if w.uuid in a.speedups]
+            if own:
+                table[w.uuid] = max(own)[1]
+            elif self.groups[w.uuid] in group_best:
+                table[w.uuid] = group_best[self.groups[w.uuid]][1]
+            elif overall is not None:
+                table[w.uuid] = overall.attempt_id
+            else:
+                table[w.uuid] = ""
+        return table
+
+    def final_measurement(self, timeout_s: float) -> list[WorkloadResult]:
+        table = self.dispatch()
+        final_dir = self.run_dir / "final"
+        (final_dir / "kernels").mkdir(parents=True, exist_ok=True)
+        default_source = self.space.source(self.space.default(next(iter(self.space.families))))
+        by_kernel: dict[str, list[str]] = {}
+        for uuid, attempt_id in table.items():
+            by_kernel.setdefault(attempt_id, []).append(uuid)
+        results: dict[str, WorkloadResult] = {}
+        for attempt_id, uuids in by_kernel.items():
+            source = self.workspace.kernel_path(attempt_id).read_text() if attempt_id else default_source
+            path = final_dir / "kernels" / f"{attempt_id or 'default'}.py"
+            path.write_text(source)
+            s = self.settings
+            request = EvalRequest(task=s.task, hardware=s.hardware, solution=str(path), workloads=uuids,
+                                  scale=s.scale, trials=s.trials, seed=s.seed + 1, timing_mode=s.timing_mode,
+                                  baseline=s.baseline, baseline_options=s.baseline_options, warmup=s.warmup,
+                                  reps=max(s.reps, 3), use_baseline_cache=False)
+            for r in evaluate_isolated(request, timeout_s=timeout_s).results:
+                results[r.uuid] = r
+        (final_dir / "dispatch.json").write_text(json.dumps(table, indent=1))
+        ordered = [results[w.uuid] for w in self.workloads]
+        (final_dir / "results.json").write_text(json.dumps([r.to_json() for r in ordered], indent=1))
+        return ordered
+
+    def history(self) -> str:
+        lines = []
+        ends = {e["index"]: e for e in self.workspace.teams() if e["event"] == "end"}
+        for e in self.workspace.teams():
+            if e["event"] != "start":
+                continue
+            spec = TeamSpec.from_json({k: v for k, v in e.items() if k not in ("event", "index", "designed_by",
+                                                                               "at_evaluation")})
+            end = ends.get(e["index"])
+            lines.append(f"team {e['index']} ({e['designed_by']}, from evaluation {e['at_evaluation']}): "
+                         f"{spec.summary()}")
+            if spec.reason:
+                lines.append(f"    why: {spec.reason}")
+            if spec.expected_effect:
+                lines.append(f"    expected: {spec.expected_effect}")
+            if end:
+                before = "-" if end["best_before"] is None else f"{end['best_before']:.3f}x"
+                after = "-" if end["best_after"] is None else f"{end['best_after']:.3f}x"
+                lines.append(f"    outcome: {end['evaluations']} evaluations, best {before} -> {after}, "
+                             f"{end['tokens']['total_tokens']} tokens; {end['verdict']}")
+        return "\n".join(lines)
+
+
+def stop_cleanly(run_dir: Path) -> None:
+    print(f"\nevoteam: interrupted; state saved. Continue with: python -m evoteam resume={run_dir}", file=sys.stderr)

@@ -1,0 +1,135 @@
+"""Team specs, the budget ledger, the progress record and the supervisor's stall detection and redesign."""
+
+import pytest
+
+from evoteam.team import presets
+from evoteam.team.budget import BudgetExceeded, Ledger, Usage, token_budget
+from evoteam.team.progress import progress_of
+from evoteam.team.spec import RoleSpec, SpecError, TeamSpec
+from evoteam.team.supervisor import Supervisor, rule_based_redesign, stalled, verdict
+from evoteam.team.workspace import Attempt, Workspace, evaluation_key
+
+
+def _attempt(i, status="PASSED", speedups=None, noise=0.01, team="t"):
+    speedups = speedups if speedups is not None else {}
+    geomean = None
+    if speedups and status == "PASSED":
+        prod = 1.0
+        for s in speedups.values():
+            prod *= s
+        geomean = prod ** (1 / len(speedups))
+    return Attempt(attempt_id=f"{i:04d}", key=f"k{i}", team=team, role="r", kind="benchmark",
+                   origin={"family": "f", "params": {"x": i}}, workloads=list(speedups) or ["a"], status=status,
+                   failure="" if status == "PASSED" else "boom", speedups=speedups if status == "PASSED" else {},
+                   statuses={u: status for u in (speedups or {"a": 0})}, noise=noise, geomean=geomean)
+
+
+def test_spec_ids_hash_the_design_and_keep_lineage():
+    a = presets.evolving("offline")
+    b = TeamSpec.from_json(a.to_json())
+    assert a == b and a.spec_id == b.spec_id and hash(a) == hash(b)
+    same_design = a.evolve(reason="another reason", expected_effect="x")
+    assert same_design.spec_id == a.spec_id and same_design.parent == a.spec_id
+    other = a.evolve(topology="parallel")
+    assert other.spec_id != a.spec_id
+    assert "explorer(explorer; reads summaries)" in a.summary()
+    for preset in ("single", "fixed4", "evolving"):
+        spec = presets.PRESETS[preset]("openai/gpt-4o-mini")
+        assert all(r.model == "openai/gpt-4o-mini" for r in spec.roles)
+    assert not presets.fixed4("offline").evolvable and presets.evolving("offline").evolvable
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(roles=()), "needs at least one role"),
+    (dict(roles=(RoleSpec("a", "explorer"), RoleSpec("a", "tuner"))), "role names must be unique"),
+    (dict(roles=(RoleSpec("a", "wizard"),)), "kind 'wizard'"),
+    (dict(roles=(RoleSpec("a", "tuner", tools=("rm_rf",)),)), "unknown tool"),
+    (dict(roles=(RoleSpec("a", "tuner", reads=("secrets",)),)), "unknown sharing"),
+    (dict(roles=(RoleSpec("a", "tuner"),), topology="mesh"), "topology 'mesh'"),
+    (dict(roles=(RoleSpec("a", "tuner"),), order=("b",)), "order names unknown role"),
+])
+def test_invalid_specs_are_refused(bad, message):
+    with pytest.raises(SpecError, match=message):
+        TeamSpec(name="x", **bad)
+
+
+def test_ledger_caps_tokens_evaluations_and_time():
+    ledger = Ledger(token_budget=100, max_evaluations=2, max_wall_time_s=3600, max_output_tokens=50)
+    assert ledger.allow_call() == 50
+    ledger.record_llm("team", "tuner", Usage(prompt_tokens=60, completion_tokens=45, cached_tokens=5, calls=1))
+    assert ledger.total.total_tokens == 105 and ledger.by_role["team/tuner"].cached_tokens == 5
+    with pytest.raises(BudgetExceeded, match="token budget spent: 105 of 100"):
+        ledger.allow_call()
+    ledger.allow_evaluation()
+    ledger.record_evaluation("team")
+    ledger.record_evaluation("team")
+    with pytest.raises(BudgetExceeded, match="evaluation budget spent: 2 of 2"):
+        ledger.allow_evaluation()
+    late = Ledger(token_budget=10, max_evaluations=5, max_wall_time_s=1, wall_time_s=5)
+    with pytest.raises(BudgetExceeded, match="wall-time budget spent"):
+        late.allow_evaluation()
+    assert token_budget("equal", 1000, 4) == 1000 and token_budget("extra", 1000, 4) == 4000
+
+
+def test_progress_record_counts_improvements_beyond_noise_and_failures():
+    groups = {"a": "g1", "b": "g2"}
+    attempts = [_attempt(1, speedups={"a": 1.0, "b": 1.0}), _attempt(2, speedups={"a": 1.01, "b": 1.0}),
+                _attempt(3, "compile_error"), _attempt(4, "compile_error"), _attempt(5, speedups={"a": 1.5})]
+    p = progress_of(attempts, groups)
+    assert p.evaluations == 5 and p.passed == 3
+    assert p.best_by_group == {"g1": 1.5, "g2": 1.0}
+    assert p.failures["compile error"] == 2
+    assert p.improvements == 2  # the first result and the 1.5x; 1.01x is within the 2% noise
+    assert p.since_improvement == 0 and p.failure_streak == ("", 0)
+    assert "best per group: g1 1.500x, g2 1.000x" in p.report()
+
+
+def test_stall_triggers_a_rule_based_redesign_that_records_its_expectation():
+    spec = presets.evolving("offline")
+    flat = [_attempt(i, speedups={"a": 1.0}) for i in range(8)]
+    p = progress_of(flat, {"a": "g1", "b": "g2"})
+    why = stalled(spec, p, team_evaluations=8)
+    assert why and "no improvement beyond the noise" in why
+    new, designer = Supervisor(groups=["g1", "g2"], models=["offline"]).redesign(spec, p, why, {spec.spec_id})
+    assert designer == "rules" and new.parent == spec.spec_id and new.spec_id != spec.spec_id
+    assert new.reason.startswith(why) and new.expected_effect
+    # Repeated failures call for a debugger first and the failure log shared with everyone.
+    failing = flat + [_attempt(10 + i, "compile_error") for i in range(3)]
+    p2 = progress_of(failing, {"a": "g1"})
+    why2 = stalled(spec, p2, team_evaluations=11)
+    assert "the same failure (compile error) 3 times in a row" in why2
+    fix = rule_based_redesign(spec, p2, why2, ["g1"], {spec.spec_id}, ["offline"])
+    assert fix.order[0] == "debugger" and all("failure_log" in r.reads for r in fix.roles)
+    assert "compile error stop repeating" in fix.expected_effect
+    # The next review says whether it worked.
+    after = failing + [_attempt(20, speedups={"a": 1.2})]
+    assert verdict(fix, p2, progress_of(after, {"a": "g1"})).startswith("confirmed")
+    assert verdict(new, p, progress_of(flat + [_attempt(30, speedups={"a": 1.0})], {"a": "g1"})).startswith("refuted")
+
+
+def test_no_stall_while_improving_and_every_design_tried_once():
+    spec = presets.evolving("offline")
+    rising = [_attempt(i, speedups={"a": 1.0 + 0.1 * i}) for i in range(10)]
+    assert stalled(spec, progress_of(rising, {"a": "g"}), 10) is None
+    p = progress_of([_attempt(i, speedups={"a": 1.0}) for i in range(8)], {"a": "g"})
+    tried = {spec.spec_id}
+    designs = []
+    while (new := rule_based_redesign(spec, p, "stall", ["g"], tried, ["offline"])) is not None:
+        tried.add(new.spec_id)
+        designs.append(new.name)
+    assert len(designs) == len(set(designs)) >= 3
+
+
+def test_workspace_journal_survives_a_cut_line(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    attempt_id, folder = ws.new_attempt_dir("print(1)")
+    a = _attempt(1)
+    a.attempt_id = attempt_id
+    ws.record(a, {"results": []})
+    with open(ws.journal, "a") as fh:
+        fh.write('{"attempt_id": "0002", "ke')  # killed while writing
+    again = Workspace(tmp_path / "ws")
+    assert [x.attempt_id for x in again.attempts] == [attempt_id]
+    assert again.find("k1") is not None and evaluation_key("s", ["b", "a"], "check") == evaluation_key(
+        "s", ["a", "b"], "check")
+    assert "no verified kernel" in again.view("best_kernel") or again.best() is not None
