@@ -54,6 +54,11 @@ def scan_source(source: str, filename: str = "<candidate>", allowed_modules: Ite
         return [Violation("syntax", exc.lineno or 0, f"not valid Python: {exc.msg}")]
     allowed = set(ALLOWED_TOP_MODULES) | set(allowed_modules)
     found: list[Violation] = []
+    # Docstrings are prose: naming a file there reads nothing.
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str)}
 
     def check_module(name: str, line: int) -> None:
         top = _top(name)
@@ -82,7 +87,7 @@ def scan_source(source: str, filename: str = "<candidate>", allowed_modules: Ite
             found.append(Violation("escape", node.lineno, f"uses .{node.attr}"))
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
             found.append(Violation("escape", node.lineno, f"uses {node.id}"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             text = node.value
             for module in BASELINE_MODULES:
                 if text == module or text.startswith(module + "."):

@@ -21,7 +21,7 @@ from evoteam import hardware, report
 from evoteam.errors import UserError
 from evoteam.schema import append_traces
 
-CPU_REPS = (0, 3)  # (warm-up, timed) rounds per search evaluation: the Triton interpreter is slow
+CPU_REPS = (0, 2)  # (warm-up, timed) rounds per search evaluation: the Triton interpreter is slow
 GPU_REPS = (5, 30)
 
 
@@ -46,6 +46,7 @@ def _run_dir(cfg: DictConfig) -> tuple[Path, DictConfig]:
 
 def run(cfg: DictConfig) -> float | None:
     from evoteam.families import load_families
+    from evoteam.llm import LLMError
     from evoteam.task import load_task, select_workloads, shape_label
     from evoteam.team.budget import Ledger, token_budget
     from evoteam.team.offline import SearchSpace
@@ -71,8 +72,11 @@ def run(cfg: DictConfig) -> float | None:
                                timing_mode=cfg.timing_mode.value if hw.is_gpu else "wallclock",
                                baseline=cfg.task.baseline, trials=cfg.task.check_trials, warmup=warmup, reps=reps,
                                timeout_s=cfg.executor.timeout_s, seed=seed,
-                               probe_workloads=probe_workloads(workloads, groups),
-                               all_workloads=[w.uuid for w in workloads])
+                               # On CPU the interpreter makes each workload costly: probe the smallest only.
+                               probe_workloads=probe_workloads(workloads, groups, 2 if hw.is_gpu else 1),
+                               all_workloads=[w.uuid for w in workloads],
+                               # A CPU's timings move with its load: time the baseline side by side there.
+                               use_baseline_cache=hw.is_gpu)
     mode = cfg.budget.mode.value
     multiplier = cfg.budget.extra_multiplier if mode == "extra" else 1.0
     ledger = Ledger(token_budget=token_budget(mode, cfg.budget.tokens, cfg.budget.extra_multiplier),
@@ -105,11 +109,17 @@ def run(cfg: DictConfig) -> float | None:
     print(f"evoteam: task {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; team "
           f"{cfg.team.preset.value}; llm {model}; budget {mode}: {ledger.token_budget} tokens, "
           f"{ledger.max_evaluations} evaluations; seed {seed}; run dir {run_dir}", flush=True)
+    if not offline:
+        # Journal lines of calls made before the checkpoint are not replayed again.
+        client.resume_after(ledger.total.calls)
     try:
         why = team_run.run()
     except KeyboardInterrupt:
         stop_cleanly(run_dir)
         sys.exit(130)
+    except LLMError as exc:  # after its retries: keep the state, say how to go on
+        team_run.checkpoint()
+        raise UserError(f"{exc}; the run is saved: fix the cause, then python -m evoteam resume={run_dir}") from None
     print(f"\nstopped: {why}\n\nteam history:\n{team_run.history()}\n", flush=True)
 
     print("final: the best verified kernel per workload, re-measured against the baseline side by side", flush=True)

@@ -73,3 +73,10 @@ def test_aliasing_is_detected():
     inputs = {"x": base[:50], "y": torch.zeros(10)}
     assert anticheat.aliased({"out": base[40:60]}, inputs) == [("out", "x")]
     assert anticheat.aliased({"out": torch.zeros(50)}, inputs) == []
+
+
+def test_docstrings_may_name_files_but_code_may_not():
+    doc = '"""Reads nothing: see kernels/mla_decode/reference.py for the math."""\n\ndef run():\n    """kernels/ too."""\n'
+    assert anticheat.scan_source(doc) == []
+    code = doc + "\nPATH = 'kernels/mla_decode/reference.py'\n"
+    assert [v.rule for v in anticheat.scan_source(code)] == ["reference_access"]

@@ -5,10 +5,20 @@ fp32 and walks the sequence token by token: L2 norm of q and k, the gate, sigmoi
 delta rule, all with element-wise operations and reductions (no tl.dot). The state columns are
 independent of each other (the delta rule mixes rows through S^T k, never columns), so blocks of
 value columns need no communication. Destination-passing: writes every element of o and final_state.
+
+A kernel family (kernels/kda_prefill/families.json): the tunable parameters live in PARAMS alone;
+every value of the family's space gives a correct kernel.
 """
 
 import triton
 import triton.language as tl
+
+# Tunable parameters (this family's default point). BV: value columns of the state per program on a
+# GPU (32 keeps the [128, 32] fp32 slice in registers); num_warps: launch option (4 is Triton's
+# default, which the seed used before it had PARAMS). Under the CPU interpreter the blocks are 4x
+# wider (at most V): it runs faster with fewer, wider programs. (num_stages is left at Triton's
+# default: no load here feeds a tl.dot, so the software pipeliner has nothing to do.)
+PARAMS = {"BV": 32, "num_warps": 4}
 
 
 @triton.jit
@@ -81,10 +91,9 @@ def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
     assert K == 128 and V == 128, "this seed is written for K = V = 128"
     for x in (q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens, o, final_state):
         assert x.is_contiguous()
-    # 32 value columns per program keep the state slice in registers on a GPU (16 KB per program);
-    # the CPU interpreter runs faster with fewer, wider programs.
     interpreted = q.device.type == "cpu"  # CPU tensors run only under TRITON_INTERPRET=1
-    BV = 128 if interpreted else 32
+    BV = min(V, 4 * PARAMS["BV"]) if interpreted else PARAMS["BV"]
+    assert V % BV == 0, f"BV={BV} must divide V={V}"
     grid = (N * H, V // BV)
     _gated_delta_recurrence[grid](
         q, k, v, g_raw, beta_logits, A_log, dt_bias,
@@ -93,6 +102,7 @@ def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
         float(scale), float(lower_bound),
         H=H, K=K, V=V, BV=BV,
         BOUNDED=bool(bounded_gate), HAS_H0=bool(has_initial_state), INTERPRETED=interpreted,
+        num_warps=PARAMS["num_warps"],
     )
     return None
 

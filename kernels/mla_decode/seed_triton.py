@@ -6,6 +6,9 @@ softmax in base 2 (logits pre-multiplied by sm_scale * log2(e)). Tiles are upcas
 tl.dot (exact for bf16 data; it also sidesteps the Triton 3.9 interpreter's wrong bf16 tl.dot).
 An empty request writes output 0 and lse -inf.
 
+A kernel family (kernels/mla_decode/families.json): the tunable parameters live in PARAMS alone;
+every value of the family's space gives a correct kernel.
+
 Entry point, destination-passing style:
     run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse) -> None
 """
@@ -14,6 +17,10 @@ import math
 
 import triton
 import triton.language as tl
+
+# Tunable parameters (this family's default point). BLOCK_N: KV tokens per loop step; BLOCK_H: heads
+# per program (16 = all heads of a request, each KV row read once); num_warps, num_stages: launch.
+PARAMS = {"BLOCK_N": 32, "BLOCK_H": 16, "num_warps": 8, "num_stages": 1}
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -88,7 +95,7 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
     assert ckv_cache.shape[1] == 1 and kpe_cache.shape[1] == 1, "page_size must be 1"
     if batch_size == 0:
         return None
-    block_h = 16
+    block_h = PARAMS["BLOCK_H"]
     grid = (batch_size, triton.cdiv(num_heads, block_h))
     _mla_decode_kernel[grid](
         q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, output, lse,
@@ -100,7 +107,7 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
         output.stride(0), output.stride(1), output.stride(2),
         lse.stride(0), lse.stride(1),
         NUM_HEADS=num_heads, D_CKV=d_ckv, D_KPE=d_kpe,
-        BLOCK_H=block_h, BLOCK_N=32,
-        num_warps=8, num_stages=1,
+        BLOCK_H=block_h, BLOCK_N=PARAMS["BLOCK_N"],
+        num_warps=PARAMS["num_warps"], num_stages=PARAMS["num_stages"],
     )
     return None

@@ -1,0 +1,206 @@
+"""Kernel families: kernel files whose tunable parameters live in one literal, and their search spaces.
+
+A family is a standalone kernel file (the usual `run(**inputs, **outputs)`) whose tunable
+parameters are the entries of ONE module-level dict literal,
+
+    PARAMS = {"BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+
+which its `run` reads. A variant of the family is the same file with only that literal rewritten
+(`apply_params`), so it stays one self-contained file that passes the static scan like any other
+candidate. Each task folder lists its families in `kernels/<task>/families.json`:
+
+    {"families": [{"name": "seed", "file": "seed_triton.py", "description": "...",
+                   "space": {"BLOCK_N": [16, 32, 64], "num_warps": [4, 8], ...}}, ...]}
+
+The space names every key of PARAMS (a fixed one with a one-value list); its points are the
+Cartesian product of the lists, and every point gives a correct kernel on every workload of the
+task. The file's own PARAMS is one of the points: the family's default.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evoteam import resources
+
+FAMILIES_FILE = "families.json"
+PARAMS_NAME = "PARAMS"
+# Values a parameter may take: what a JSON list holds and a Python literal writes back unchanged.
+_SCALAR_TYPES = (bool, int, float, str, type(None))
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    path: Path  # the kernel file
+    description: str
+    space: dict[str, list[Any]] = field(hash=False)
+    default: dict[str, Any] = field(hash=False)  # the file's own PARAMS
+
+    @property
+    def size(self) -> int:
+        """Number of points of the space."""
+        return math.prod(len(values) for values in self.space.values())
+
+    def points(self) -> Iterator[dict[str, Any]]:
+        """Every point of the space, in the order of the lists (the last key varies fastest)."""
+        keys = list(self.space)
+        for values in itertools.product(*(self.space[k] for k in keys)):
+            yield dict(zip(keys, values))
+
+    def contains(self, params: dict[str, Any]) -> bool:
+        """Whether `params` (a full point) is a point of the space."""
+        return set(params) == set(self.space) and all(
+            any(_same(params[k], v) for v in self.space[k]) for k in self.space)
+
+    def source(self, params: dict[str, Any] | None = None) -> str:
+        """The kernel file's text, with PARAMS rewritten to `params` (merged over the default)."""
+        text = self.path.read_text()
+        if not params:
+            return text
+        unknown = set(params) - set(self.space)
+        if unknown:
+            raise ValueError(f"family {self.name}: unknown parameters {sorted(unknown)}; "
+                             f"the space has {sorted(self.space)}")
+        merged = {**self.default, **params}
+        if not self.contains(merged):
+            raise ValueError(f"family {self.name}: {merged} is not a point of its space {self.space}")
+        return apply_params(text, params)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same type (True is not 1, 2.0 is not 2)."""
+    return type(a) is type(b) and a == b
+
+
+def _params_node(tree: ast.Module, filename: str) -> ast.Dict:
+    found = []
+    for node in tree.body:  # module level only
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == PARAMS_NAME for t in targets):
+            found.append(node)
+    if len(found) != 1:
+        raise ValueError(f"{filename}: expected exactly one module-level assignment to {PARAMS_NAME}, "
+                         f"found {len(found)}")
+    value = found[0].value
+    if not isinstance(value, ast.Dict):
+        raise ValueError(f"{filename}: {PARAMS_NAME} must be a dict literal")
+    return value
+
+
+def read_params(source: str, filename: str = "<kernel>") -> dict[str, Any]:
+    """The PARAMS literal of a kernel file's source."""
+    node = _params_node(ast.parse(source, filename=filename), filename)
+    try:
+        params = ast.literal_eval(node)
+    except ValueError as exc:
+        raise ValueError(f"{filename}: {PARAMS_NAME} must hold literals only ({exc})") from None
+    for key, value in params.items():
+        if not isinstance(key, str) or not isinstance(value, _SCALAR_TYPES):
+            raise ValueError(f"{filename}: {PARAMS_NAME}[{key!r}] = {value!r}: keys must be strings and values "
+                             f"bool, int, float, str or None")
+    return params
+
+
+def _literal(params: dict[str, Any]) -> str:
+    """A Python dict literal: strings double-quoted, numbers, True/False/None as Python writes them."""
+    parts = []
+    for key, value in params.items():
+        if not isinstance(key, str) or not isinstance(value, _SCALAR_TYPES):
+            raise ValueError(f"parameter {key!r} = {value!r}: keys must be strings and values "
+                             f"bool, int, float, str or None")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"parameter {key!r} = {value!r}: not a finite number")
+        text = json.dumps(value) if isinstance(value, str) else repr(value)
+        parts.append(f"{json.dumps(key)}: {text}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def apply_params(source: str, params: dict[str, Any]) -> str:
+    """`source` with its PARAMS literal rewritten: `params` merged over the current values (every key
+    must exist already; key order kept). Nothing else in the text changes."""
+    current = read_params(source)
+    unknown = [k for k in params if k not in current]
+    if unknown:
+        raise ValueError(f"unknown parameters {unknown}; PARAMS has {list(current)}")
+    merged = {**current, **params}
+    node = _params_node(ast.parse(source), "<kernel>")
+    lines = source.splitlines(keepends=True)
+    # ast offsets are in UTF-8 bytes within a line; work on bytes to get them right.
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line.encode("utf-8")))
+    raw = source.encode("utf-8")
+    begin = starts[node.lineno - 1] + node.col_offset
+    end = starts[node.end_lineno - 1] + node.end_col_offset
+    new = raw[:begin] + _literal(merged).encode("utf-8") + raw[end:]
+    text = new.decode("utf-8")
+    if read_params(text) != merged:  # belt and braces: the rewrite reads back as intended
+        raise RuntimeError(f"rewriting {PARAMS_NAME} failed: read back {read_params(text)}, wanted {merged}")
+    return text
+
+
+def _task_folder(task: Any) -> Path:
+    if isinstance(task, Path):
+        return task
+    if isinstance(task, str):
+        return resources.kernels_dir() / task
+    folder = getattr(task, "folder", None)  # an evoteam.task.Task
+    if folder is None:
+        raise TypeError(f"expected a task name, folder or Task, got {type(task).__name__}")
+    return Path(folder)
+
+
+def load_families(task: Any) -> list[Family]:
+    """The families of a task (its name, its folder, or a Task), checked: each file exists and has
+    one PARAMS literal, the space names exactly PARAMS' keys with non-empty lists of distinct
+    literals, and PARAMS is a point of the space. A task without families.json has none."""
+    folder = _task_folder(task)
+    path = folder / FAMILIES_FILE
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    entries = data.get("families") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected an object with a list 'families'")
+    families: list[Family] = []
+    for i, entry in enumerate(entries):
+        where = f"{path}: families[{i}]"
+        if not isinstance(entry, dict) or set(entry) - {"name", "file", "description", "space"}:
+            raise ValueError(f"{where}: expected keys name, file, description, space")
+        name, file, space = entry.get("name"), entry.get("file"), entry.get("space")
+        if not isinstance(name, str) or not name or any(f.name == name for f in families):
+            raise ValueError(f"{where}: missing or repeated name {name!r}")
+        if not isinstance(file, str) or "/" in file or "\\" in file or not file.endswith(".py"):
+            raise ValueError(f"{where}: 'file' must be the name of a .py file in the task folder")
+        kernel = folder / file
+        if not kernel.is_file():
+            raise ValueError(f"{where}: {kernel} does not exist")
+        default = read_params(kernel.read_text(), str(kernel))
+        if not isinstance(space, dict) or set(space) != set(default):
+            keys = sorted(space) if isinstance(space, dict) else space
+            raise ValueError(f"{where}: the space must name exactly the keys of {file}'s PARAMS "
+                             f"{sorted(default)}, got {keys}")
+        for key, values in space.items():
+            if (not isinstance(values, list) or not values
+                    or not all(isinstance(v, _SCALAR_TYPES) for v in values)
+                    or any(_same(a, b) for a, b in itertools.combinations(values, 2))):
+                raise ValueError(f"{where}: space[{key!r}] must be a non-empty list of distinct literals")
+        family = Family(name=name, path=kernel, description=str(entry.get("description", "")),
+                        space={k: list(space[k]) for k in default}, default=default)
+        if not family.contains(default):
+            raise ValueError(f"{where}: {file}'s PARAMS {default} is not a point of its space {space}")
+        families.append(family)
+    return families
