@@ -71,7 +71,8 @@ def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2)
 class TeamRun:
     def __init__(self, *, run_dir: Path, task, workloads: list, settings: HarnessSettings, ledger: Ledger,
                  preset: TeamSpec, space: SearchSpace, supervisor: Supervisor, seed: int,
-                 llm_agent_factory: Callable | None = None, log: Callable[[str], None] = print):
+                 llm_agent_factory: Callable | None = None, log: Callable[[str], None] = print,
+                 evaluator: Callable | None = None):
         self.run_dir = Path(run_dir)
         self.task = task
         self.workloads = workloads
@@ -86,6 +87,7 @@ class TeamRun:
         self.seed = seed
         self.llm_agent_factory = llm_agent_factory
         self.log = log
+        self.evaluator = evaluator  # None: the isolated harness (tests pass a stand-in)
         self.workspace = Workspace(self.run_dir / "workspace")
         self.state_path = self.run_dir / "state.json"
         if self.state_path.is_file():
@@ -136,7 +138,8 @@ class TeamRun:
         s = self.state
         position = f"{s.team_index}/{s.round}/{s.role_index}"
         agent = self._agent(role, position)
-        toolbox = Toolbox(self.workspace, self.settings, self.ledger, s.spec.spec_id, role)
+        extra = {"evaluator": self.evaluator} if self.evaluator is not None else {}
+        toolbox = Toolbox(self.workspace, self.settings, self.ledger, s.spec.spec_id, role, **extra)
         if isinstance(agent, OfflineAgent):
             return agent.turn(toolbox, self.progress(), s.round)
         context = (f"Task {self.task.name}: {self.task.definition.description or ''}\n"

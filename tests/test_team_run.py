@@ -1,0 +1,97 @@
+"""The team run loop: a stall triggers a redesign (stand-in evaluator, fast), and a real run killed
+with SIGKILL mid-run resumes without repeating any finished evaluation."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from evoteam.families import load_families
+from evoteam.task import load_task
+from evoteam.team import presets
+from evoteam.team.budget import Ledger
+from evoteam.team.offline import SearchSpace
+from evoteam.team.runner import TeamRun, probe_workloads
+from evoteam.team.supervisor import Supervisor
+from evoteam.team.toolbox import HarnessSettings
+from evoteam.worker import EvalResult, WorkloadResult
+
+
+def _flat_evaluator(request, timeout_s):
+    """Every candidate passes at exactly 1.0x: nothing ever improves, so the team must stall."""
+    return EvalResult(results=[WorkloadResult(uuid=u, status="PASSED", baseline="reference", timing_mode="wallclock",
+                                              baseline_ms=1.0, candidate_ms=1.0, candidate_repeat_ms=1.0)
+                               for u in request.workloads])
+
+
+def test_a_stall_triggers_a_redesign_and_the_history_records_it(tmp_path):
+    task = load_task("mla_decode")
+    workloads = task.scaled_workloads("small")
+    groups = {w.uuid: task.workload_group(w) for w in workloads}
+    settings = HarnessSettings(task="mla_decode", hardware="cpu", scale="small",
+                               probe_workloads=probe_workloads(workloads, groups, 1),
+                               all_workloads=[w.uuid for w in workloads])
+    ledger = Ledger(token_budget=1000, max_evaluations=12, max_wall_time_s=600)
+    spec = presets.evolving("offline")
+    from dataclasses import replace
+    spec = replace(spec, stall_evaluations=4)
+    logs = []
+    run = TeamRun(run_dir=tmp_path, task=task, workloads=workloads, settings=settings, ledger=ledger, preset=spec,
+                  space=SearchSpace(load_families(task)), supervisor=Supervisor(sorted(set(groups.values())),
+                                                                                ["offline"]),
+                  seed=1, log=logs.append, evaluator=_flat_evaluator)
+    assert run.run() == "evaluation budget spent: 12 of 12"
+    teams = [e for e in run.workspace.teams() if e["event"] == "start"]
+    assert len(teams) >= 2, logs
+    assert teams[1]["designed_by"] == "rules" and teams[1]["parent"] == spec.spec_id
+    assert "no improvement beyond the noise" in teams[1]["reason"] and teams[1]["expected_effect"]
+    ends = [e for e in run.workspace.teams() if e["event"] == "end"]
+    assert ends and ends[0]["verdict"].startswith(("confirmed", "refuted"))
+    assert "team 1 (rules" in run.history() and "expected:" in run.history()
+    # Every evaluation is a distinct candidate: nothing was evaluated twice.
+    keys = [a.key for a in run.workspace.attempts]
+    assert len(keys) == len(set(keys)) == 12
+
+
+def _journal(run_dir):
+    path = run_dir / "workspace" / "attempts.jsonl"
+    if not path.is_file():
+        return []
+    lines = []
+    for line in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return lines
+
+
+def test_sigkill_mid_run_then_resume_repeats_no_finished_evaluation(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [sys.executable, "-m", "evoteam", "hardware=cpu", "task.workloads=[00cb2bc2]", "budget.max_evaluations=4",
+            "seed=5", "tracking=none", f"run_dir={run_dir}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 240
+    while len(_journal(run_dir)) < 2:
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "no evaluation finished in time"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and its worker, mid-run
+    proc.wait()
+    before = _journal(run_dir)
+    assert 2 <= len(before) < 4
+
+    resumed = subprocess.run([sys.executable, "-m", "evoteam", f"resume={run_dir}"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    after = _journal(run_dir)
+    assert after[:len(before)] == before  # nothing lost
+    keys = [a["key"] for a in after]
+    assert len(keys) == len(set(keys)) == 4  # nothing repeated, and the budget still holds
+    assert "resuming: team" in resumed.stdout
+    assert "team history:" in resumed.stdout and "geomean speedup" in resumed.stdout
+    assert (run_dir / "final" / "dispatch.json").is_file()
