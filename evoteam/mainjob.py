@@ -21,7 +21,7 @@ from evoteam import hardware, report
 from evoteam.errors import UserError
 from evoteam.schema import append_traces
 
-CPU_REPS = (0, 2)  # (warm-up, timed) rounds per search evaluation: the Triton interpreter is slow
+CPU_REPS = (1, 3)  # (warm-up, timed) rounds per search evaluation: the Triton interpreter is slow
 GPU_REPS = (5, 30)
 
 

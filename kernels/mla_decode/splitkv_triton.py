@@ -14,10 +14,11 @@ spot: output (bf16) and lse written. A request that crosses a chunk boundary lea
 result per chunk it touches, normalised output (fp32) and base-2 lse, in a workspace; the piece
 of request b in chunk c goes to slot c + b (unique: ordered by position, both c and b only grow).
 
-Phase 2, grid (batch, D_CKV / COMBINE_D): for a request that crossed a chunk boundary, the
-pieces in slots c0 + b .. c1 + b (c0, c1 the chunks of its first and last token) are merged:
-lse = M + log2(sum_s 2^(lse_s - M)), output = sum_s 2^(lse_s - lse) * out_s. Other requests are
-left as phase 1 wrote them. Phase 2 is not launched when there is one chunk only.
+Phase 2, grid (batch, column blocks): for a request that crossed a chunk boundary, the pieces in
+slots c0 + b .. c1 + b (c0, c1 the chunks of its first and last token) are merged, all heads and
+a block of output columns per program: lse = M + log2(sum_s 2^(lse_s - M)) and
+output = sum_s 2^(lse_s - lse) * out_s. Other requests are left as phase 1 wrote them. Phase 2 is
+not launched when there is one chunk only.
 
 CHUNK = max(MIN_CHUNK_BLOCKS * BLOCK_N, cdiv(num_kv_indices, CTAS_PER_SM * multiprocessors)) rounded
 up to a multiple of BLOCK_N: chunks of at least MIN_CHUNK_BLOCKS loop steps, and for big batches
@@ -54,8 +55,8 @@ import triton.language as tl
 PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "CTAS_PER_SM": 2, "num_warps": 4, "num_stages": 5}
 
 LOG2E = 1.0 / math.log(2.0)
-COMBINE_D = 32  # output columns per phase-2 program on a GPU (all heads of a request)
-COMBINE_S = 8  # partial results merged per phase-2 step
+COMBINE_LSE_S = 64  # piece lse values (per head) read per step of phase 2's first pass
+COMBINE_TILE = 4096  # elements of phase 2's [pieces, heads, columns] tile on a GPU
 COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its requests
 CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for CTAS_PER_SM
 
@@ -99,8 +100,8 @@ def _splitkv_partial_kernel(
     # Requests of this program: those with a token in [lo_c, hi_c), and the empty requests placed in
     # it (start in [lo_c, hi_c); the last program also takes those at position total_tokens).
     hi_member = hi_c + (c == tl.num_programs(0) - 1).to(tl.int32)
-    b_first = tl.sum(tl.zeros([COUNT_B], dtype=tl.int32), axis=0)  # requests wholly before lo_c
-    b_end = tl.sum(tl.zeros([COUNT_B], dtype=tl.int32), axis=0)  # requests starting before hi_member
+    b_first = 0  # requests wholly before lo_c
+    b_end = 0  # requests starting before hi_member
     for i in range(0, batch_size, COUNT_B):
         offs = i + tl.arange(0, COUNT_B)
         valid = offs < batch_size
@@ -182,6 +183,7 @@ def _splitkv_combine_kernel(
     stride_pl_s,
     NUM_HEADS: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    LSE_S: tl.constexpr,
     COMBINE_S: tl.constexpr,
     COMBINE_D: tl.constexpr,
     INTERPRETED: tl.constexpr,
@@ -195,44 +197,43 @@ def _splitkv_combine_kernel(
     if (end > start) & (c1 > c0):  # the request crossed a chunk boundary: merge its pieces
         first = c0 + b
         last = c1 + b  # inclusive; every slot in between holds a non-empty piece
-        offs_s = tl.arange(0, COMBINE_S)
         offs_h = tl.arange(0, BLOCK_H)
         mask_h = offs_h < NUM_HEADS
-        offs_d = d_blk * COMBINE_D + tl.arange(0, COMBINE_D)
-        # Pass 1: the largest piece lse of each head.
-        m_2d = tl.full([COMBINE_S, BLOCK_H], float("-inf"), dtype=tl.float32)
-        for s0 in range(first, last + 1, COMBINE_S):
-            slot = (s0 + offs_s).to(tl.int64)
+        # Pass 1, over the pieces' lse only: per head m = max lse_s, l = sum 2^(lse_s - m) (online).
+        offs_sl = tl.arange(0, LSE_S)
+        m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+        l_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
+        for s0 in range(first, last + 1, LSE_S):
+            slot = (s0 + offs_sl).to(tl.int64)
             valid = (slot <= last)[:, None] & mask_h[None, :]
             piece_lse = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_h[None, :], mask=valid,
                                 other=float("-inf"))
-            m_2d = tl.maximum(m_2d, piece_lse)
-        m = tl.max(m_2d, axis=0)  # [BLOCK_H], finite for real heads: the pieces are non-empty
-        m = tl.where(mask_h, m, 0.0)
-        # Pass 2: weights 2^(lse_s - m) and the weighted sum of the pieces' outputs.
-        l_2d = tl.zeros([COMBINE_S, BLOCK_H], dtype=tl.float32)
+            m_new = tl.maximum(m, tl.max(piece_lse, axis=0))
+            m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first step has a piece)
+            l_sum = l_sum * tl.exp2(m - m_new) + tl.sum(tl.exp2(piece_lse - m_new[None, :]), axis=0)
+            m = m_new
+        l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
+        # Pass 2: output = sum_s 2^(lse_s - m) / l * out_s, COMBINE_D columns of all heads.
+        offs_s = tl.arange(0, COMBINE_S)
+        offs_d = d_blk * COMBINE_D + tl.arange(0, COMBINE_D)
         acc = tl.zeros([BLOCK_H, COMBINE_D], dtype=tl.float32)
         for s0 in range(first, last + 1, COMBINE_S):
             slot = (s0 + offs_s).to(tl.int64)
             valid = (slot <= last)[:, None] & mask_h[None, :]
             piece_lse = tl.load(part_lse_ptr + slot[:, None] * stride_pl_s + offs_h[None, :], mask=valid,
                                 other=float("-inf"))
-            w = tl.exp2(piece_lse - m[None, :])  # [COMBINE_S, BLOCK_H], 0 where masked
+            w = tl.exp2(piece_lse - m[None, :]) / l_sum[None, :]  # [COMBINE_S, BLOCK_H], 0 where masked
             o = tl.load(part_o_ptr + slot[:, None, None] * stride_po_s + offs_h[None, :, None] * stride_po_h
                         + offs_d[None, None, :], mask=valid[:, :, None], other=0.0)  # [S, H, D]
-            l_2d += w
             acc += tl.sum(w[:, :, None] * o, axis=0)
-        total = tl.sum(l_2d, axis=0)  # [BLOCK_H], >= 1 for real heads
-        total = tl.where(mask_h, total, 1.0)
-        o_fin = acc / total[:, None]
         if INTERPRETED:
-            o_out = _bf16_rne(o_fin)
+            o_out = _bf16_rne(acc)
         else:
-            o_out = o_fin.to(out_ptr.dtype.element_ty)
+            o_out = acc.to(out_ptr.dtype.element_ty)
         tl.store(out_ptr + b * stride_o_b + offs_h[:, None] * stride_o_h + offs_d[None, :] * stride_o_d, o_out,
                  mask=mask_h[:, None])
         if d_blk == 0:
-            tl.store(lse_ptr + b * stride_lse_b + offs_h * stride_lse_h, m + tl.log2(total), mask=mask_h)
+            tl.store(lse_ptr + b * stride_lse_b + offs_h * stride_lse_h, m + tl.log2(l_sum), mask=mask_h)
 
 
 # Whether triton.jit gave interpreted functions (TRITON_INTERPRET=1 when triton was imported).
@@ -261,6 +262,19 @@ def _workspace(device, slots, num_heads, d_ckv):
     return part_o[:slots], part_lse[:slots]
 
 
+def _combine_tile(programs, batch_size, block_h, d_ckv, interpreted):
+    """(pieces, columns) of phase 2's tile. Each step of its loop over a request's pieces costs a
+    memory round trip, so a request cut into many pieces (a long one in a small batch) gets many
+    pieces per step and few columns per program (more programs); with a big batch, most requests
+    have a few pieces. Under the interpreter: all columns (few programs run fastest there)."""
+    if interpreted:
+        return 16, d_ckv
+    typical = triton.cdiv(programs, batch_size) + 1  # pieces of a request of average length, about
+    pieces = min(32, max(4, triton.next_power_of_2(typical)))
+    columns = min(d_ckv, max(8, COMBINE_TILE // (block_h * pieces)))
+    return pieces, columns
+
+
 def plan(num_kv_indices, device_multiprocessors, params=None):
     """(chunk, number of phase-1 programs) for a batch of num_kv_indices KV tokens."""
     p = PARAMS if params is None else params
@@ -275,7 +289,7 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
     batch_size, num_heads, d_ckv = q_nope.shape
     d_kpe = q_pe.shape[-1]
     assert ckv_cache.shape[1] == 1 and kpe_cache.shape[1] == 1, "page_size must be 1"
-    assert d_ckv % COMBINE_D == 0, f"head_dim_ckv must be a multiple of {COMBINE_D}"
+    assert d_ckv == triton.next_power_of_2(d_ckv) and d_kpe == triton.next_power_of_2(d_kpe), "power-of-2 dims"
     if batch_size == 0:
         return None
     device = q_nope.device
@@ -300,16 +314,14 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
         num_warps=PARAMS["num_warps"], num_stages=PARAMS["num_stages"],
     )
     if programs > 1:  # with one chunk every request was finished in phase 1
-        # All heads per program; on a GPU COMBINE_D output columns each, under the interpreter all
-        # of them (it runs fastest with few programs).
-        combine_d = d_ckv if interpreted else COMBINE_D
+        combine_s, combine_d = _combine_tile(programs, batch_size, block_h, d_ckv, interpreted)
         _splitkv_combine_kernel[(batch_size, d_ckv // combine_d)](
             kv_indptr, output, lse, part_o, part_lse,
             chunk,
             output.stride(0), output.stride(1), output.stride(2),
             lse.stride(0), lse.stride(1),
             part_o.stride(0), part_o.stride(1), part_lse.stride(0),
-            NUM_HEADS=num_heads, BLOCK_H=block_h, COMBINE_S=COMBINE_S, COMBINE_D=combine_d,
-            INTERPRETED=interpreted, num_warps=4, num_stages=2,
+            NUM_HEADS=num_heads, BLOCK_H=block_h, LSE_S=COMBINE_LSE_S, COMBINE_S=combine_s, COMBINE_D=combine_d,
+            INTERPRETED=interpreted, num_warps=4,
         )
     return None
