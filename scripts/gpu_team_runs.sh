@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 4 on one NVIDIA GPU: a short offline run (llm=offline) per task with the three team presets at
+# the same evaluation budget. Usage from the repository root:
+#   bash scripts/gpu_team_runs.sh OUT_DIR [EVALUATIONS] [TASK ...]
+# Wheels the lent machine lacks go in .whl: ../shared/device/fetch_wheels.sh, and for Hydra
+#   .venv/bin/pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3 hydra-core==1.3.8 omegaconf==2.3.0
+set -uo pipefail
+out=${1:?give an output folder}; evals=${2:-8}; shift $(( $# > 1 ? 2 : 1 ))
+tasks=${*:-mla_decode kda_prefill}
+mkdir -p "$out"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1 EVOTEAM_CACHE_DIR=$out/cache
+for task in $tasks; do
+  for team in single fixed4 evolving; do
+    echo "=== $task, team=$team, $evals evaluations"
+    python3 -m evoteam hardware=auto task=$task team=$team llm=offline tracking=none budget=equal \
+      budget.max_evaluations=$evals seed=1 run_dir="$out/$task-$team" 2>&1 | grep -v "^  \[" | tail -30
+  done
+done
