@@ -137,12 +137,9 @@ def apply_params(source: str, params: dict[str, Any]) -> str:
         raise ValueError(f"unknown parameters {unknown}; PARAMS has {list(current)}")
     merged = {**current, **params}
     node = _params_node(ast.parse(source), "<kernel>")
-    lines = source.splitlines(keepends=True)
-    # ast offsets are in UTF-8 bytes within a line; work on bytes to get them right.
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line.encode("utf-8")))
+    # ast gives (line, UTF-8 byte offset within the line); lines end at "\n" (or "\r\n").
     raw = source.encode("utf-8")
+    starts = [0] + [i + 1 for i, byte in enumerate(raw) if byte == 0x0A]
     begin = starts[node.lineno - 1] + node.col_offset
     end = starts[node.end_lineno - 1] + node.end_col_offset
     new = raw[:begin] + _literal(merged).encode("utf-8") + raw[end:]

@@ -20,11 +20,12 @@ a block of output columns per program: lse = M + log2(sum_s 2^(lse_s - M)) and
 output = sum_s 2^(lse_s - lse) * out_s. Other requests are left as phase 1 wrote them. Phase 2 is
 not launched when there is one chunk only.
 
-CHUNK = max(MIN_CHUNK_BLOCKS * BLOCK_N, cdiv(num_kv_indices, CTAS_PER_SM * multiprocessors)) rounded
-up to a multiple of BLOCK_N: chunks of at least MIN_CHUNK_BLOCKS loop steps, and for big batches
-about CTAS_PER_SM programs per multiprocessor. Everything is derived from tensor shapes on the host (no device to
-host copy), so a call can be captured in a CUDA graph. The workspace is allocated on first use and
-kept per device and size class in a module-level dict.
+CHUNK = max(MIN_CHUNK_BLOCKS * BLOCK_N, cdiv(num_kv_indices, CTAS_PER_SM * multiprocessors)),
+rounded up to a multiple of BLOCK_N: chunks of at least MIN_CHUNK_BLOCKS loop steps, and for big
+batches about CTAS_PER_SM programs per multiprocessor. Everything is derived from tensor shapes on
+the host (no device-to-host copy), so a call can be captured in a CUDA graph. The workspace
+(programs + batch slots) is allocated on first use and kept per device and size class in a
+module-level dict.
 
 On a GPU the tl.dot operands stay bf16 (fp32 accumulate; the probabilities are cast to bf16 for
 the second product, as flash attention does). Under the Triton interpreter (CPU) they are upcast
@@ -56,7 +57,7 @@ PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "CTAS_PER_SM": 2, "num_warps": 4
 
 LOG2E = 1.0 / math.log(2.0)
 COMBINE_LSE_S = 64  # piece lse values (per head) read per step of phase 2's first pass
-COMBINE_TILE = 4096  # elements of phase 2's [pieces, heads, columns] tile on a GPU
+COMBINE_TILE = 2048  # elements of phase 2's [pieces, heads, columns] tile on a GPU (~72 registers)
 COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its requests
 CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for CTAS_PER_SM
 
