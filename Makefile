@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PIP_ARGS ?=
 ARGS   ?=
 
-.PHONY: run test lint
+.PHONY: run test lint browser
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q $(PIP_ARGS) "$(TORCH)" -e ".[dev]"
@@ -25,3 +25,11 @@ lint: $(VENV)/.installed
 
 test: lint
 	$(PY) -m pytest $(ARGS)
+
+# Headless Chromium for the MLflow UI test (tests/test_mlflow_server.py skips without it): Debian's
+# package, installed as root where it is missing; nothing downloads a browser build of its own.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  test "$$(id -u)" = 0 || { echo "make browser: run as root, or: sudo apt-get install chromium"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@chromium --version 2>/dev/null | head -n 1

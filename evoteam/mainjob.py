@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from evoteam import hardware, report
+from evoteam import hardware, report, tracking
 from evoteam.errors import UserError
 from evoteam.schema import append_traces
 
@@ -101,11 +101,16 @@ def run(cfg: DictConfig) -> float | None:
         def llm_redesign(spec, progress_report):
             return propose_redesign(client, ledger, spec, progress_report, [model])
 
+    tracker = tracking.open_tracker(cfg if cfg.seed is not None else OmegaConf.merge(cfg, {"seed": seed}), run_dir,
+                                    tags={"hardware": hw.name, "task": task.name, "budget_mode": mode,
+                                          "team_preset": cfg.team.preset.value, "llm": model,
+                                          "timing_mode": settings.timing_mode})
+    tracker.start(config_file=run_dir / "config.yaml")  # before any LLM call: autologging traces them
     preset = replace(PRESETS[cfg.team.preset.value](model), stall_evaluations=cfg.team.stall_evaluations)
     supervisor = Supervisor(groups=sorted(set(groups.values())), models=[model], llm_redesign=llm_redesign)
     team_run = TeamRun(run_dir=run_dir, task=task, workloads=workloads, settings=settings, ledger=ledger,
                        preset=preset, space=SearchSpace(load_families(task)), supervisor=supervisor, seed=seed,
-                       llm_agent_factory=llm_agent_factory)
+                       llm_agent_factory=llm_agent_factory, on_turn=tracker.sync)
     print(f"evoteam: task {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; team "
           f"{cfg.team.preset.value}; llm {model}; budget {mode}: {ledger.token_budget} tokens, "
           f"{ledger.max_evaluations} evaluations; seed {seed}; run dir {run_dir}", flush=True)
@@ -115,27 +120,41 @@ def run(cfg: DictConfig) -> float | None:
     try:
         why = team_run.run()
     except KeyboardInterrupt:
+        tracker.sync(team_run)
+        tracker.stop("KILLED")
         stop_cleanly(run_dir)
         sys.exit(130)
     except LLMError as exc:  # after its retries: keep the state, say how to go on
         team_run.checkpoint()
+        tracker.sync(team_run)
+        tracker.stop("FAILED")
         raise UserError(f"{exc}; the run is saved: fix the cause, then python -m evoteam resume={run_dir}") from None
+    except BaseException:
+        tracker.stop("FAILED")
+        raise
+    tracker.sync(team_run)
     print(f"\nstopped: {why}\n\nteam history:\n{team_run.history()}\n", flush=True)
 
-    print("final: the best verified kernel per workload, re-measured against the baseline side by side", flush=True)
-    results = team_run.final_measurement(timeout_s=cfg.executor.timeout_s)
-    labels = {w.uuid: shape_label(w) for w in workloads}
-    by_uuid = {w.uuid: w for w in workloads}
-    traces = run_dir / "final" / "traces.jsonl"
-    traces.unlink(missing_ok=True)
-    dispatch = json.loads((run_dir / "final" / "dispatch.json").read_text())
-    for r in results:
-        append_traces(traces, [to_trace(task.definition.name, by_uuid[r.uuid], f"evoteam-{dispatch[r.uuid]}", r,
-                                        hw.name)])
-    print(report.format_table(results, labels, "best", hw.bandwidth_ceiling_tbs))
-    kernels = sorted(set(dispatch.values()))
-    total = ledger.total
-    print(f"dispatch: {len(kernels)} kernel(s) ({', '.join(k or 'default' for k in kernels)}); "
-          f"evaluations {ledger.evaluations}; tokens {total.total_tokens} (prompt {total.prompt_tokens}, "
-          f"completion {total.completion_tokens}); cost ${total.cost_usd:.4f}")
+    try:
+        print("final: the best verified kernel per workload, re-measured against the baseline side by side", flush=True)
+        results = team_run.final_measurement(timeout_s=cfg.executor.timeout_s)
+        labels = {w.uuid: shape_label(w) for w in workloads}
+        by_uuid = {w.uuid: w for w in workloads}
+        traces = run_dir / "final" / "traces.jsonl"
+        traces.unlink(missing_ok=True)
+        dispatch = json.loads((run_dir / "final" / "dispatch.json").read_text())
+        for r in results:
+            append_traces(traces, [to_trace(task.definition.name, by_uuid[r.uuid], f"evoteam-{dispatch[r.uuid]}", r,
+                                            hw.name)])
+        table = report.format_table(results, labels, "best", hw.bandwidth_ceiling_tbs)
+        print(table)
+        kernels = sorted(set(dispatch.values()))
+        total = ledger.total
+        print(f"dispatch: {len(kernels)} kernel(s) ({', '.join(k or 'default' for k in kernels)}); "
+              f"evaluations {ledger.evaluations}; tokens {total.total_tokens} (prompt {total.prompt_tokens}, "
+              f"completion {total.completion_tokens}); cost ${total.cost_usd:.4f}")
+    except BaseException as exc:
+        tracker.stop("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+    tracker.finish(team_run, results, table, labels)
     return report.summarize(results).geomean_speedup

@@ -72,7 +72,7 @@ class TeamRun:
     def __init__(self, *, run_dir: Path, task, workloads: list, settings: HarnessSettings, ledger: Ledger,
                  preset: TeamSpec, space: SearchSpace, supervisor: Supervisor, seed: int,
                  llm_agent_factory: Callable | None = None, log: Callable[[str], None] = print,
-                 evaluator: Callable | None = None):
+                 evaluator: Callable | None = None, on_turn: Callable[[TeamRun], None] | None = None):
         self.run_dir = Path(run_dir)
         self.task = task
         self.workloads = workloads
@@ -88,6 +88,7 @@ class TeamRun:
         self.llm_agent_factory = llm_agent_factory
         self.log = log
         self.evaluator = evaluator  # None: the isolated harness (tests pass a stand-in)
+        self.on_turn = on_turn  # called after every turn (tracking: metrics, team runs)
         self.workspace = Workspace(self.run_dir / "workspace")
         self.state_path = self.run_dir / "state.json"
         if self.state_path.is_file():
@@ -160,6 +161,8 @@ class TeamRun:
                     message = self._turn(roles[s.role_index])
                     self.log(f"  [{self.ledger.evaluations} eval, {self.ledger.total.total_tokens} tok] {message}")
                     s.role_index += 1
+                    if self.on_turn is not None:
+                        self.on_turn(self)
                 s.role_index = 0
                 s.round += 1
                 self._review()

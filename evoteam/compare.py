@@ -1,0 +1,358 @@
+"""`python -m evoteam.compare`: equal-budget against extra-budget final speedups per team preset,
+hardware and task, read from the evoteam runs in MLflow (not the nested team runs, not earlier
+summaries), printed as a table and logged as a summary MLflow run (tag `evoteam.kind=summary`) with
+the table (markdown and CSV) and plots as artifacts.
+
+    python -m evoteam.compare                                   # the default store, every run
+    python -m evoteam.compare --sweep-id 2026-01-01_12-00-00    # one multirun's jobs
+    python -m evoteam.compare --tracking-uri http://mlflow.example:5000 --experiment evoteam --no-log
+
+A multirun (`python -m evoteam -m budget=equal,extra team=single,fixed4,evolving`) ends with this
+comparison of its own jobs (Hydra callback `evoteam.tracking.SweepSummary`). Several runs of the
+same cell are combined: speedups by geometric mean, wins and tokens by mean. Bad input (no such
+store, experiment or runs): one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evoteam.errors import UserError
+from evoteam.tracking import KIND, SWEEP, check_reachable, load_mlflow, pyplot, resolve_uri, sqlite_path
+
+DEFAULT_URI = "sqlite:///evoteam-mlflow.db"
+DEFAULT_EXPERIMENT = "evoteam"
+MODES = ("equal", "extra")
+TEAM_ORDER = {"single": 0, "fixed4": 1, "evolving": 2}
+EXIT_BAD_INPUT = 2
+
+
+class CompareError(UserError):
+    """Nothing to compare, or nowhere to read from; the message says which."""
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    team: str
+    hardware: str
+    task: str
+    budget: str
+    sweep_id: str
+    geomean: float | None
+    wins: float
+    workloads: float
+    passed: float
+    tokens: float
+    cost: float
+    evaluations: float
+
+
+@dataclass
+class Cell:
+    runs: int = 0
+    geomean: float | None = None
+    wins: float | None = None
+    workloads: float | None = None
+    tokens: float | None = None
+
+
+@dataclass
+class Row:
+    team: str
+    hardware: str
+    task: str
+    cells: dict[str, Cell]
+
+    @property
+    def ratio(self) -> float | None:
+        eq, ex = self.cells["equal"].geomean, self.cells["extra"].geomean
+        return ex / eq if eq and ex else None
+
+
+def _quote(value: str) -> str:
+    return value.replace("'", "\\'")
+
+
+def load_runs(client, experiment_id: str, sweep_id: str | None = None) -> list[RunRow]:
+    """The finished evoteam runs (tag evoteam.kind=run) of the experiment, of one sweep if given."""
+    filters = [f"tags.`{KIND}` = 'run'", "attributes.status = 'FINISHED'"]
+    if sweep_id:
+        filters.append(f"tags.`{SWEEP}` = '{_quote(sweep_id)}'")
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=" and ".join(filters), max_results=1000,
+                                  page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            break
+    rows = []
+    for run in runs:
+        t, m = run.data.tags, run.data.metrics
+        if "final_workloads" not in m:
+            continue  # ended before its final measurement
+        rows.append(RunRow(run_id=run.info.run_id, team=t.get("evoteam.team_preset", "?"),
+                           hardware=t.get("evoteam.hardware", "?"), task=t.get("evoteam.task", "?"),
+                           budget=t.get("evoteam.budget_mode", "?"), sweep_id=t.get(SWEEP, "none"),
+                           geomean=m.get("final_geomean_speedup"), wins=m.get("final_wins", 0.0),
+                           workloads=m["final_workloads"], passed=m.get("final_passed", 0.0),
+                           tokens=m.get("final_tokens_total", 0.0), cost=m.get("final_cost_usd", 0.0),
+                           evaluations=m.get("final_evaluations", 0.0)))
+    return rows
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def build_table(rows: list[RunRow]) -> list[Row]:
+    groups: dict[tuple[str, str, str], dict[str, list[RunRow]]] = {}
+    for r in rows:
+        groups.setdefault((r.team, r.hardware, r.task), {m: [] for m in MODES}).setdefault(r.budget, []).append(r)
+    table = []
+    for (team, hw, task), by_mode in groups.items():
+        cells = {}
+        for mode in MODES:
+            runs = by_mode.get(mode, [])
+            cells[mode] = Cell(runs=len(runs), geomean=_geomean([r.geomean for r in runs]),
+                               wins=_mean([r.wins for r in runs]), workloads=_mean([r.workloads for r in runs]),
+                               tokens=_mean([r.tokens for r in runs]))
+        table.append(Row(team, hw, task, cells))
+    table.sort(key=lambda r: (r.task, r.hardware, TEAM_ORDER.get(r.team, 9), r.team))
+    return table
+
+
+def _num(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
+    return "-" if v is None else format(v, spec) + suffix
+
+
+def _wins(c: Cell) -> str:
+    if c.wins is None:
+        return "-"
+    return f"{c.wins:g}/{c.workloads:g}"
+
+
+HEADER = ["team", "hardware", "task", "equal speedup", "extra speedup", "extra/equal", "equal wins", "extra wins",
+          "equal tokens", "extra tokens", "runs equal/extra"]
+
+
+def _cells(r: Row) -> list[str]:
+    eq, ex = r.cells["equal"], r.cells["extra"]
+    return [r.team, r.hardware, r.task, _num(eq.geomean, ".3f", "x"), _num(ex.geomean, ".3f", "x"),
+            _num(r.ratio, ".2f", "x"), _wins(eq), _wins(ex), _num(eq.tokens, ".0f"), _num(ex.tokens, ".0f"),
+            f"{eq.runs}/{ex.runs}"]
+
+
+def markdown(table: list[Row]) -> str:
+    body = [_cells(r) for r in table]
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(HEADER)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(HEADER, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(b, widths)) + " |" for b in body]
+    return "\n".join(lines)
+
+
+def csv_text(table: list[Row]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["team", "hardware", "task"] + [f"{m}_{k}" for m in MODES
+                                                    for k in ("runs", "geomean", "wins", "workloads", "tokens")]
+                    + ["extra_over_equal"])
+    for r in table:
+        row = [r.team, r.hardware, r.task]
+        for m in MODES:
+            c = r.cells[m]
+            row += [c.runs] + ["" if v is None else v for v in (c.geomean, c.wins, c.workloads, c.tokens)]
+        writer.writerow(row + ["" if r.ratio is None else r.ratio])
+    return out.getvalue()
+
+
+def plot_speedups(table: list[Row], path: Path, title: str) -> None:
+    """Grouped bars: final geomean speedup per team preset (and hardware/task), equal vs extra."""
+    plt = pyplot()
+    labels = [r.team if len({(x.hardware, x.task) for x in table}) == 1 else f"{r.team}\n{r.hardware}/{r.task}"
+              for r in table]
+    fig, ax = plt.subplots(figsize=(max(6.4, 1.2 * len(table) + 2), 4.2), dpi=100)
+    try:
+        width = 0.38
+        for i, mode in enumerate(MODES):
+            xs = [j + (i - 0.5) * width for j in range(len(table))]
+            ys = [r.cells[mode].geomean or 0.0 for r in table]
+            bars = ax.bar(xs, ys, width, label=f"{mode} budget")
+            for bar, r in zip(bars, table):
+                v = r.cells[mode].geomean
+                ax.annotate(_num(v, ".2f", "x"), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize=7)
+        if max((c.geomean or 0.0) for r in table for c in r.cells.values()) >= 0.5:
+            ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xticks(range(len(table)), labels, fontsize=8)
+        ax.set_ylabel("final geomean speedup vs baseline (x)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def plot_tokens(rows: list[RunRow], path: Path, title: str) -> None:
+    """Every run: final speedup against tokens spent, by team preset and budget mode."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    try:
+        markers = {"equal": "o", "extra": "^"}
+        teams = sorted({r.team for r in rows}, key=lambda t: (TEAM_ORDER.get(t, 9), t))
+        colours = {t: f"C{i}" for i, t in enumerate(teams)}
+        for r in rows:
+            if r.geomean is None:
+                continue
+            ax.scatter(r.tokens, r.geomean, marker=markers.get(r.budget, "s"), color=colours[r.team],
+                       label=f"{r.team}, {r.budget}")
+        handles, names = ax.get_legend_handles_labels()
+        unique = dict(zip(names, handles))
+        if unique:
+            ax.legend(unique.values(), unique.keys(), fontsize=7)
+        if max((r.geomean or 0.0) for r in rows) >= 0.5:
+            ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xlabel("tokens spent (prompt + completion)")
+        ax.set_ylabel("final geomean speedup (x)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+@dataclass
+class Comparison:
+    runs: list[RunRow]
+    table: list[Row]
+    markdown: str
+    summary_run_id: str | None
+
+
+def open_store(tracking_uri: str, experiment: str):
+    """(client, experiment id) for an existing store and experiment, else CompareError."""
+    uri = resolve_uri(tracking_uri)
+    db = sqlite_path(uri)
+    if db is not None and not db.is_file():
+        raise CompareError(f"no MLflow store at {tracking_uri} ({db} does not exist); give --tracking-uri "
+                           f"of the store the runs logged to")
+    if not uri.startswith(("sqlite:", "http://", "https://", "postgresql", "mysql", "mssql", "databricks")):
+        raise CompareError(f"--tracking-uri {tracking_uri}: not a tracking store URI; use sqlite:///<file>.db "
+                           f"or http://<host>:<port>")
+    try:
+        check_reachable(uri, "--tracking-uri")
+    except UserError as exc:
+        raise CompareError(str(exc)) from None
+    load_mlflow()
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        found = client.get_experiment_by_name(experiment)
+    except Exception as exc:
+        raise CompareError(f"--tracking-uri {tracking_uri}: cannot read the store ({type(exc).__name__}: "
+                           f"{' '.join(str(exc).split())[:200]})") from None
+    if found is None:
+        names = [e.name for e in client.search_experiments(max_results=50)]
+        raise CompareError(f"no experiment {experiment!r} at {tracking_uri}; experiments there: "
+                           f"{', '.join(names) or 'none'}")
+    return client, found.experiment_id
+
+
+def compare(tracking_uri: str = DEFAULT_URI, experiment: str = DEFAULT_EXPERIMENT, sweep_id: str | None = None, *,
+            log_summary: bool = True, out=print) -> Comparison:
+    client, experiment_id = open_store(tracking_uri, experiment)
+    runs = load_runs(client, experiment_id, sweep_id)
+    if not runs:
+        where = f"sweep {sweep_id!r} of " if sweep_id else ""
+        raise CompareError(f"no finished evoteam runs in {where}experiment {experiment!r} at {tracking_uri}")
+    table = build_table(runs)
+    text = markdown(table)
+    scope = f"sweep {sweep_id}" if sweep_id else f"experiment {experiment}"
+    out(f"\nequal vs extra budget, final geomean speedup vs the baseline ({len(runs)} runs, {scope}):\n{text}")
+    summary_id = None
+    if log_summary:
+        summary_id = _log_summary(client, experiment_id, sweep_id, runs, table, text, scope)
+        out(f"mlflow: summary run {summary_id} in {tracking_uri}, experiment {experiment!r}")
+    return Comparison(runs, table, text, summary_id)
+
+
+def _log_summary(client, experiment_id: str, sweep_id: str | None, runs: list[RunRow], table: list[Row],
+                 text: str, scope: str) -> str:
+    from mlflow.entities import Metric, Param
+
+    name = f"summary {sweep_id or 'all runs'}"
+    run = client.create_run(experiment_id, run_name=name,
+                            tags={KIND: "summary", SWEEP: sweep_id or "all", "mlflow.runName": name})
+    rid = run.info.run_id
+    try:
+        now = int(time.time() * 1000)
+        metrics = []
+        for r in table:
+            for mode in MODES:
+                c = r.cells[mode]
+                if c.geomean is not None:
+                    metrics.append(Metric(f"speedup/{mode}/{r.team}/{r.hardware}/{r.task}", c.geomean, now, 0))
+            if r.ratio is not None:
+                metrics.append(Metric(f"extra_over_equal/{r.team}/{r.hardware}/{r.task}", r.ratio, now, 0))
+        client.log_batch(rid, metrics=metrics[:1000],
+                         params=[Param("runs", str(len(runs))), Param("sweep_id", sweep_id or "all"),
+                                 Param("run_ids", ",".join(r.run_id for r in runs)[:500])])
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            (folder / "compare.md").write_text(f"# equal vs extra budget ({scope})\n\n{text}\n")
+            (folder / "compare.csv").write_text(csv_text(table))
+            (folder / "runs.json").write_text(json.dumps([r.__dict__ for r in runs], indent=1))
+            plot_speedups(table, folder / "compare_speedup.png", f"final speedup, equal vs extra budget ({scope})")
+            plot_tokens(runs, folder / "compare_speedup_vs_tokens.png", f"final speedup vs tokens ({scope})")
+            client.log_artifacts(rid, str(folder))
+    except BaseException:
+        client.set_terminated(rid, "FAILED")
+        raise
+    client.set_terminated(rid, "FINISHED")
+    return rid
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        print(f"evoteam.compare: error: {message} (see python -m evoteam.compare --help)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="python -m evoteam.compare",
+                     description="Equal- vs extra-budget final speedups per team preset, hardware and task, "
+                                 "from the evoteam runs in MLflow; logged as a summary run.")
+    parser.add_argument("--tracking-uri", default=DEFAULT_URI, help=f"MLflow store or server (default {DEFAULT_URI})")
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="experiment name (default evoteam)")
+    parser.add_argument("--sweep-id", default=None, help="only the jobs of this multirun (its sweep folder name)")
+    parser.add_argument("--no-log", action="store_true", help="print the table only, log no summary run")
+    args = parser.parse_args(argv)
+    try:
+        compare(args.tracking_uri, args.experiment, args.sweep_id, log_summary=not args.no_log)
+    except UserError as exc:
+        print(f"evoteam.compare: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,565 @@
+"""MLflow tracking of a run: one MLflow run per evoteam run, a nested run per team configuration,
+metrics after every evaluation, the final kernels, tables, traces, team specs and plots as
+artifacts, and LLM calls traced through MLflow's litellm autologging.
+
+    tracker = open_tracker(cfg, run_dir, tags={...})    # Tracker, or NullTracker for tracking=none
+    tracker.start(config_file=run_dir / "config.yaml")
+    TeamRun(..., on_turn=tracker.sync)                  # metrics and team runs after every turn
+    tracker.finish(team_run, results, table_text, labels)
+
+The default store is `sqlite:///evoteam-mlflow.db` in the working directory (artifacts beside it in
+`mlartifacts/`); `tracking.tracking_uri=http://host:5000` logs to a tracking server (see mlflow/).
+The MLflow run id is kept in the run directory (`mlflow_run.json`), so `resume=<run dir>`
+continues the same MLflow run. What the runs hold:
+
+- tags: `evoteam.kind` (run, team or summary), `evoteam.hardware`, `evoteam.task`,
+  `evoteam.budget_mode`, `evoteam.team_preset`, `evoteam.llm`, `evoteam.timing_mode`,
+  `evoteam.sweep_id` (the multirun's sweep folder name, or "none");
+- params: the resolved configuration, flattened (`budget.tokens`, ...); artifact `config.yaml`;
+- metrics with step = evaluations so far: `best_geomean_speedup` (running maximum of verified
+  geomean speedups), `correct_rate`, `passed`, `evaluations`, `tokens_prompt`, `tokens_completion`,
+  `tokens_total`, `tokens_role/<role>`, `cost_usd`, `wall_time_s`; at the end `final_geomean_speedup`,
+  `final_wins`, `final_worst_speedup`, `final_passed`, `final_workloads`, `final_tokens_total`,
+  `final_cost_usd`, `final_evaluations`;
+- one nested run per team (`evoteam.kind=team`): its spec (params and `team_spec.json`), the
+  supervisor's reason and expected effect, and its outcome (metrics, `evoteam.verdict` tag).
+
+`SweepSummary` is the Hydra callback (conf/config.yaml) that ends a multirun with
+`evoteam.compare` over that sweep's runs. mlflow is imported on first use only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from evoteam.errors import UserError
+
+try:  # Hydra is always there for the CLI; the callback base class is a plain class without it
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover
+    _HydraCallback = object
+
+# MLflow sends usage telemetry to its vendor unless told not to; nothing here may leave the machine.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+RUN_FILE = "mlflow_run.json"
+ARTIFACTS_DIR = "mlartifacts"
+KIND = "evoteam.kind"
+SWEEP = "evoteam.sweep_id"
+TAG_KEYS = ("hardware", "task", "budget_mode", "team_preset", "llm", "timing_mode", "sweep_id")
+PARAM_LIMIT = 500  # characters of a param value (MLflow allows 6000; the UI shows a few dozen)
+
+
+def load_mlflow():
+    """mlflow, imported on first use and kept quiet (its store migrations log at INFO)."""
+    import mlflow
+
+    for name in ("alembic", "mlflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return mlflow
+
+
+def resolve_uri(uri: str) -> str:
+    """A relative sqlite path made absolute (so a resumed run finds the same store from anywhere)."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):].split("?", 1)[0])
+    return None
+
+
+def check_reachable(uri: str, what: str = "tracking.tracking_uri") -> None:
+    """One line (UserError) instead of minutes of retries when a tracking server is not there."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10) as response:
+            response.read()
+    except Exception as exc:  # any failure to talk to it means the same to the user
+        raise UserError(f"{what}={uri}: no MLflow server answers there ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:200]}); start one (see mlflow/README.md) or use "
+                        f"tracking=none") from None
+
+
+def get_or_create_experiment(client, name: str, uri: str) -> str:
+    """The experiment's id; a new one on a sqlite store keeps its artifacts beside the database."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+    db = sqlite_path(uri)
+    folder = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    location = (db.parent / ARTIFACTS_DIR / folder).resolve().as_uri() if db is not None else None
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # created by a concurrent job in the meantime
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts as dotted keys; lists and scalars as strings (long values cut)."""
+    out: dict[str, str] = {}
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    text = json.dumps(obj) if isinstance(obj, (list, tuple)) else ("null" if obj is None else str(obj))
+    out[prefix.rstrip(".")] = text[:PARAM_LIMIT]
+    return out
+
+
+def metric_name(text: str) -> str:
+    """MLflow metric names allow letters, digits, _ - . space : and /."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", text)
+
+
+def current_sweep_id() -> str:
+    """The multirun's sweep folder name (the same for all its jobs), or "none" for a single run."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if not HydraConfig.initialized():
+            return "none"
+        hc = HydraConfig.get()
+        if hc.mode == RunMode.MULTIRUN:
+            return Path(str(hc.sweep.dir)).name
+    except Exception:  # outside Hydra (tests, library use)
+        return "none"
+    return "none"
+
+
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)  # Enum members of the structured config
+
+
+class NullTracker:
+    """tracking=none: every hook does nothing."""
+
+    enabled = False
+    run_id: str | None = None
+
+    def start(self, config_file: Path | None = None) -> None:
+        pass
+
+    def sync(self, team_run) -> None:
+        pass
+
+    def finish(self, team_run, results: list, table: str, labels: dict[str, str] | None = None) -> None:
+        pass
+
+    def stop(self, status: str = "FAILED") -> None:
+        pass
+
+
+class Tracker(NullTracker):
+    """One evoteam run in MLflow (see the module docstring)."""
+
+    enabled = True
+
+    def __init__(self, tracking_uri: str, experiment: str, run_dir: Path, *, config: dict | None = None,
+                 tags: dict[str, str] | None = None, run_name: str | None = None, trace_llm: bool = False,
+                 log: Any = None):
+        self.run_dir = Path(run_dir)
+        self.run_file = self.run_dir / RUN_FILE
+        saved = json.loads(self.run_file.read_text()) if self.run_file.is_file() else None
+        self.saved = saved
+        # A resumed run stays in the store and run it started in.
+        self.tracking_uri = saved["tracking_uri"] if saved else resolve_uri(tracking_uri)
+        self.experiment = saved.get("experiment", experiment) if saved else experiment
+        self.config = config or {}
+        self.tags = {k: str(v) for k, v in (tags or {}).items()}
+        self.run_name = run_name
+        self.trace_llm = trace_llm
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.client = None
+        self.run_id: str | None = saved["run_id"] if saved else None
+        self.experiment_id: str | None = None
+        self.team_runs: dict[int, str] = {}  # team index -> nested run id
+        self.closed: set[int] = set()
+        self.spec_team: dict[str, int] = {}  # spec_id -> team index
+        self.last_step = 0
+        self.last_tokens: tuple | None = None
+        self._warned = False
+
+    # ------------------------------------------------------------------ start
+    def start(self, config_file: Path | None = None) -> None:
+        mlflow = load_mlflow()
+        from mlflow import MlflowClient
+
+        check_reachable(self.tracking_uri)
+        try:
+            self.client = MlflowClient(tracking_uri=self.tracking_uri)
+            self.experiment_id = get_or_create_experiment(self.client, self.experiment, self.tracking_uri)
+            if self.run_id is not None and not self._exists(self.run_id):
+                self.log(f"mlflow: run {self.run_id} of {self.run_file} is not in {self.tracking_uri} any more; "
+                         f"logging to a new run")
+                self.run_id = None
+            if self.run_id is not None:
+                self._reopen()
+            else:
+                self._create(config_file)
+            mlflow.set_tracking_uri(self.tracking_uri)
+            mlflow.set_experiment(experiment_id=self.experiment_id)
+            if mlflow.active_run() is not None:
+                mlflow.end_run()
+            mlflow.start_run(run_id=self.run_id)  # active, so that LLM traces link to this run
+            if self.trace_llm:
+                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                import mlflow.litellm
+
+                mlflow.litellm.autolog(silent=True)
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserError(f"tracking.tracking_uri={self.tracking_uri}: MLflow cannot log there "
+                            f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
+                            f"fix the URI or use tracking=none") from None
+        where = f"{self.tracking_uri}, experiment {self.experiment!r}"
+        print(f"mlflow: run {self.run_id} in {where}", flush=True)
+
+    def _exists(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.get_run(run_id).info.lifecycle_stage != "deleted"
+        except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return False
+            raise
+
+    def _create(self, config_file: Path | None) -> None:
+        from mlflow.entities import Param, RunTag
+
+        tags = {KIND: "run", **{f"evoteam.{k}": v for k, v in self.tags.items()}}
+        if self.run_name:
+            tags["mlflow.runName"] = self.run_name
+        run = self.client.create_run(self.experiment_id, tags=tags, run_name=self.run_name)
+        self.run_id = run.info.run_id
+        self.run_file.write_text(json.dumps({"run_id": self.run_id, "tracking_uri": self.tracking_uri,
+                                             "experiment": self.experiment}, indent=1))
+        params = [Param(k, v) for k, v in sorted(flatten(self.config).items()) if k != "resume"]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[i:i + 100])
+        self.client.log_batch(self.run_id, tags=[RunTag("evoteam.run_dir", str(self.run_dir.resolve()))])
+        if config_file is not None and Path(config_file).is_file():
+            self.client.log_artifact(self.run_id, str(config_file))
+
+    def _reopen(self) -> None:
+        """A resumed run: the same MLflow run, its team runs and the last logged step."""
+        self.client.update_run(self.run_id, status="RUNNING")
+        children = self.client.search_runs([self.experiment_id],
+                                           filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'",
+                                           max_results=1000)
+        for child in children:
+            index = child.data.tags.get("evoteam.team_index")
+            if index is None:
+                continue
+            self.team_runs[int(index)] = child.info.run_id
+            spec_id = child.data.params.get("spec_id")
+            if spec_id:
+                self.spec_team[spec_id] = int(index)
+            if child.info.status == "FINISHED":
+                self.closed.add(int(index))
+        history = self.client.get_metric_history(self.run_id, "evaluations")
+        self.last_step = max((int(m.step) for m in history), default=0)
+        self.log(f"mlflow: continuing run {self.run_id} after evaluation {self.last_step}")
+
+    # ------------------------------------------------------------------ during the run
+    def _guard(self, what: str, fn, *args) -> None:
+        """Tracking never stops a search: a failure is reported (once) and the run goes on."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            if not self._warned:
+                self.log(f"mlflow: could not log {what} ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}); the run goes on")
+                self._warned = True
+
+    def sync(self, team_run) -> None:
+        """Mirror the team journal into nested runs and log the metrics of new evaluations."""
+        if self.client is None:
+            return
+        self._guard("the team runs", self._sync_teams, team_run)
+        self._guard("metrics", self._sync_metrics, team_run)
+
+    def _sync_teams(self, team_run) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        for event in team_run.workspace.teams():
+            index = int(event["index"])
+            if event["event"] == "start" and index not in self.team_runs:
+                spec = {k: v for k, v in event.items() if k not in ("event", "index")}
+                roles = ", ".join(f"{r['name']}:{r['kind']}" for r in spec.get("roles", []))
+                name = f"team {index}: {spec.get('name', '')}"
+                tags = {KIND: "team", "mlflow.parentRunId": self.run_id, "mlflow.runName": name,
+                        "evoteam.team_index": str(index), "evoteam.designed_by": str(spec.get("designed_by", "")),
+                        "evoteam.reason": str(spec.get("reason", ""))[:5000],
+                        "evoteam.expected_effect": str(spec.get("expected_effect", ""))[:5000],
+                        **{f"evoteam.{k}": v for k, v in self.tags.items()}}
+                run = self.client.create_run(self.experiment_id, tags=tags, run_name=name)
+                rid = run.info.run_id
+                params = {"name": spec.get("name"), "spec_id": spec.get("spec_id"), "parent": spec.get("parent"),
+                          "topology": spec.get("topology"), "roles": roles,
+                          "order": ",".join(spec.get("order") or []) or "as listed",
+                          "stall_evaluations": spec.get("stall_evaluations"), "evolvable": spec.get("evolvable"),
+                          "designed_by": spec.get("designed_by"), "at_evaluation": spec.get("at_evaluation"),
+                          "reason": spec.get("reason"), "expected_effect": spec.get("expected_effect")}
+                self.client.log_batch(rid, params=[Param(k, ("null" if v is None else str(v))[:PARAM_LIMIT])
+                                                   for k, v in params.items()])
+                self._log_json(rid, "team_spec.json", spec)
+                self.team_runs[index] = rid
+                self.spec_team[str(spec.get("spec_id"))] = index
+            elif event["event"] == "end" and index in self.team_runs and index not in self.closed:
+                rid = self.team_runs[index]
+                tokens = event.get("tokens") or {}
+                values = {"team_evaluations": event.get("evaluations"), "best_before": event.get("best_before"),
+                          "best_after": event.get("best_after"), "team_correct_rate": event.get("correct_rate"),
+                          "team_tokens_total": tokens.get("total_tokens"),
+                          "team_tokens_prompt": tokens.get("prompt_tokens"),
+                          "team_tokens_completion": tokens.get("completion_tokens"),
+                          "team_cost_usd": tokens.get("cost_usd")}
+                metrics = [Metric(k, float(v), now, 0) for k, v in values.items() if v is not None]
+                self.client.log_batch(rid, metrics=metrics, tags=[RunTag("evoteam.verdict", str(event["verdict"]))])
+                self._log_json(rid, "team_outcome.json", event)
+                self.client.set_terminated(rid, "FINISHED")
+                self.closed.add(index)
+
+    def _sync_metrics(self, team_run) -> None:
+        from mlflow.entities import Metric
+
+        from evoteam.team.progress import progress_of
+
+        attempts = team_run.workspace.attempts
+        ledger = team_run.ledger
+        total = ledger.total
+        roles = {r["name"]: 0 for e in team_run.workspace.teams() if e["event"] == "start" for r in e["roles"]}
+        for key, usage in ledger.by_role.items():
+            role = key.split("/", 1)[-1]
+            roles[role] = roles.get(role, 0) + usage.total_tokens
+        tokens = {"tokens_prompt": total.prompt_tokens, "tokens_completion": total.completion_tokens,
+                  "tokens_total": total.total_tokens, "cost_usd": total.cost_usd,
+                  **{metric_name(f"tokens_role/{r}"): v for r, v in sorted(roles.items())}}
+        now = int(time.time() * 1000)
+        parent: list = []
+        by_team: dict[str, list] = {}
+        for step in range(self.last_step + 1, len(attempts) + 1):
+            p = progress_of(attempts[:step], team_run.groups)
+            values = {"evaluations": step, "passed": p.passed, "correct_rate": p.correct_rate, **tokens}
+            if p.best_geomean is not None:
+                values["best_geomean_speedup"] = p.best_geomean
+            parent += [Metric(k, float(v), now, step) for k, v in values.items()]
+            team = attempts[step - 1].team
+            if team in self.spec_team:
+                by_team.setdefault(self.team_runs[self.spec_team[team]], []).extend(
+                    Metric(k, float(v), now, step) for k, v in values.items()
+                    if k in ("best_geomean_speedup", "correct_rate", "evaluations"))
+        step = max(len(attempts), self.last_step)
+        snapshot = tuple(sorted(tokens.items()))
+        if not parent and snapshot != self.last_tokens and step > 0:  # tokens spent without a new evaluation
+            parent = [Metric(k, float(v), now, step) for k, v in tokens.items()]
+        if parent:
+            parent.append(Metric("wall_time_s", float(ledger.elapsed_s()), now, step))
+        for i in range(0, len(parent), 900):
+            self.client.log_batch(self.run_id, metrics=parent[i:i + 900])
+        for rid, metrics in by_team.items():
+            for i in range(0, len(metrics), 900):
+                self.client.log_batch(rid, metrics=metrics[i:i + 900])
+        self.last_step = step
+        self.last_tokens = snapshot
+
+    def _log_json(self, run_id: str, name: str, obj: Any) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(json.dumps(obj, indent=1, default=str))
+            self.client.log_artifact(run_id, str(path))
+
+    # ------------------------------------------------------------------ the end
+    def finish(self, team_run, results: list, table: str, labels: dict[str, str] | None = None) -> None:
+        """Final metrics and artifacts, then the run is FINISHED."""
+        if self.client is None:
+            return
+        self.sync(team_run)
+        self._guard("the final results", self._finish, team_run, results, table, labels or {})
+        self.stop("FINISHED")
+
+    def _finish(self, team_run, results: list, table: str, labels: dict[str, str]) -> None:
+        from mlflow.entities import Metric
+
+        from evoteam import report
+
+        run_dir = Path(team_run.run_dir)
+        final = run_dir / "final"
+        summary = report.summarize(results)
+        total = team_run.ledger.total
+        values = {"final_geomean_speedup": summary.geomean_speedup, "final_wins": summary.wins,
+                  "final_worst_speedup": summary.worst_speedup, "final_passed": summary.passed,
+                  "final_workloads": summary.workloads, "final_tokens_total": total.total_tokens,
+                  "final_cost_usd": total.cost_usd, "final_evaluations": team_run.ledger.evaluations}
+        now = int(time.time() * 1000)
+        step = team_run.ledger.evaluations
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()
+                                                    if v is not None])
+        if (final / "kernels").is_dir():
+            self.client.log_artifacts(self.run_id, str(final / "kernels"), "kernels")
+        rows = [{"workload": r.uuid, "shape": labels.get(r.uuid, ""), "status": r.status, "baseline": r.baseline,
+                 "baseline_ms": r.baseline_ms, "candidate_ms": r.candidate_ms, "speedup": r.speedup,
+                 "noise": r.noise, "timing_mode": r.timing_mode, "detail": r.detail} for r in results]
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "results"
+            out.mkdir()
+            (out / "table.txt").write_text(table + "\n")
+            (out / "table.json").write_text(json.dumps({"rows": rows, "summary": values}, indent=1))
+            for name in ("results.json", "dispatch.json"):
+                if (final / name).is_file():
+                    (out / name).write_text((final / name).read_text())
+            self.client.log_artifacts(self.run_id, str(out), "results")
+            plots = Path(tmp) / "plots"
+            plots.mkdir()
+            self._plots(plots, team_run.workspace.teams())
+            self.client.log_artifacts(self.run_id, str(plots), "plots")
+        for path, where in ((final / "traces.jsonl", "traces"), (run_dir / "workspace" / "teams.jsonl", "teams")):
+            if path.is_file():
+                self.client.log_artifact(self.run_id, str(path), where)
+
+    def _history(self, key: str) -> dict[int, float]:
+        """step -> the last value logged at that step."""
+        out: dict[int, float] = {}
+        for m in sorted(self.client.get_metric_history(self.run_id, key), key=lambda m: (m.step, m.timestamp)):
+            out[int(m.step)] = m.value
+        return out
+
+    def _plots(self, folder: Path, teams: list[dict]) -> None:
+        best = self._history("best_geomean_speedup")
+        tokens = self._history("tokens_total")
+        steps = sorted(set(best) | set(tokens))
+        series_best, series_tokens, last_tokens = [], [], 0.0
+        for s in steps:
+            last_tokens = tokens.get(s, last_tokens)
+            if s in best:
+                series_best.append((s, best[s]))
+                series_tokens.append((last_tokens, best[s]))
+        title = f"{self.tags.get('task', '')} on {self.tags.get('hardware', '')}: {self.tags.get('team_preset', '')}" \
+                f", budget {self.tags.get('budget_mode', '')}"
+        marks = [(e["at_evaluation"] + 0.5, f"team {e['index']}: {e.get('name', '')}") for e in teams
+                 if e["event"] == "start" and e["index"] > 0]
+        plot_steps(series_best, "evaluations", title, folder / "best_speedup_vs_evaluations.png", marks)
+        note = "" if any(t for t, _ in series_tokens) else " (no LLM tokens: offline policy)"
+        plot_steps(series_tokens, "tokens spent (prompt + completion)" + note, title,
+                   folder / "best_speedup_vs_tokens.png")
+
+    def stop(self, status: str = "FAILED") -> None:
+        """End the MLflow run with `status` (FINISHED, FAILED, KILLED); resume reopens it."""
+        if self.client is None:
+            return
+        mlflow = load_mlflow()
+        try:
+            active = mlflow.active_run()
+            if active is not None and active.info.run_id == self.run_id:
+                mlflow.end_run(status)
+            else:
+                self.client.set_terminated(self.run_id, status)
+            if status != "FINISHED":
+                for index, rid in self.team_runs.items():
+                    if index not in self.closed:
+                        self.client.set_terminated(rid, status)
+        except Exception as exc:
+            self.log(f"mlflow: could not end run {self.run_id} ({type(exc).__name__}: {exc})")
+        self.client = None
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed), its font-cache notice kept quiet."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_steps(points: list[tuple[float, float]], xlabel: str, title: str, path: Path,
+               marks: list[tuple[float, str]] = ()) -> None:
+    """Best speedup as a step line (the running maximum) against `xlabel`, with vertical `marks`
+    (x, label), e.g. where a new team took over; PNG through Agg."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    try:
+        if points:
+            xs, ys = zip(*points)
+            ax.step(xs, ys, where="post", marker="o", markersize=3)
+            if max(ys) >= 0.5:  # the baseline's level, where it does not flatten the curve
+                ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--", label="baseline")
+        else:
+            ax.text(0.5, 0.5, "no verified, timed kernel", ha="center", va="center", transform=ax.transAxes)
+        for x, label in marks:
+            ax.axvline(x, color="C1", linewidth=0.8, linestyle=":")
+            ax.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, ha="right", va="top",
+                        fontsize=7, color="C1")
+        ax.xaxis.get_major_locator().set_params(integer=True)  # evaluations and tokens are counts
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("best verified geomean speedup (x)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------------- from the configuration
+def open_tracker(cfg, run_dir: Path, tags: dict[str, str]) -> NullTracker:
+    """The tracker the configuration asks for (not started). `tags` are evoteam's (hardware, task,
+    budget_mode, team_preset, llm, timing_mode); the sweep id is added here."""
+    if _value(cfg.tracking.backend) != "mlflow":
+        return NullTracker()
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    tags = {**tags, "sweep_id": current_sweep_id()}
+    name = f"{tags.get('task')}-{tags.get('hardware')}-{tags.get('team_preset')}-{tags.get('budget_mode')}"
+    return Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_dir, config=config, tags=tags,
+                   run_name=name, trace_llm=tags.get("llm", "offline") != "offline")
+
+
+class SweepSummary(_HydraCallback):
+    """Hydra callback: at the end of a multirun, compare the sweep's runs (equal vs extra budget per
+    team preset, hardware and task) and log the summary run. Configured in conf/config.yaml."""
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        tracking = config.get("tracking")
+        if tracking is None or _value(tracking.get("backend")) != "mlflow":
+            return
+        sweep = Path(str(config.hydra.sweep.dir)).name
+        from evoteam import compare
+
+        try:
+            compare.compare(tracking.tracking_uri, tracking.experiment, sweep_id=sweep)
+        except compare.CompareError as exc:
+            print(f"evoteam: no sweep summary: {exc}", file=sys.stderr, flush=True)
+        except Exception as exc:  # the jobs' results are safe in MLflow; a summary can be made later
+            print(f"evoteam: no sweep summary ({type(exc).__name__}: {exc}); run python -m evoteam.compare "
+                  f"--sweep-id {sweep}", file=sys.stderr, flush=True)
+
+
+__all__ = ["Tracker", "NullTracker", "open_tracker", "SweepSummary", "resolve_uri", "flatten", "plot_steps", "pyplot",
+           "check_reachable", "get_or_create_experiment", "current_sweep_id"]

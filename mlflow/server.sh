@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The team's MLflow tracking server (see README.md beside this file): runs, metrics, team runs and
+# LLM traces in a sqlite database, artifacts (kernels, tables, plots) served through the server
+# from a folder, both under MLFLOW_DATA. Settings come from the environment:
+#   MLFLOW_DATA=./mlflow-data  MLFLOW_HOST=0.0.0.0  MLFLOW_PORT=5000  MLFLOW_WORKERS=2
+#   MLFLOW_ALLOWED_HOSTS=mlflow.example.org,10.0.0.5:5000   (needed when reached by a host name)
+#   MLFLOW_BIN=mlflow                                        (default: .venv/bin/mlflow, else mlflow)
+# Extra arguments go to `mlflow server` as they are.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+data=${MLFLOW_DATA:-./mlflow-data}
+mkdir -p "$data/artifacts"
+data=$(cd "$data" && pwd)
+bin=${MLFLOW_BIN:-}
+if [ -z "$bin" ]; then
+  if [ -x "$here/../.venv/bin/mlflow" ]; then bin="$here/../.venv/bin/mlflow"; else bin=mlflow; fi
+fi
+export MLFLOW_DISABLE_TELEMETRY=true  # the server and the UI it serves send no usage data out
+export LITELLM_LOCAL_MODEL_COST_MAP=True  # its AI gateway imports litellm, which would fetch a price list
+args=(server --backend-store-uri "sqlite:///$data/mlflow.db" --artifacts-destination "$data/artifacts"
+      --host "${MLFLOW_HOST:-0.0.0.0}" --port "${MLFLOW_PORT:-5000}" --workers "${MLFLOW_WORKERS:-2}")
+if [ -n "${MLFLOW_ALLOWED_HOSTS:-}" ]; then args+=(--allowed-hosts "$MLFLOW_ALLOWED_HOSTS"); fi
+echo "mlflow server: store $data/mlflow.db, artifacts $data/artifacts, http://${MLFLOW_HOST:-0.0.0.0}:${MLFLOW_PORT:-5000}" >&2
+exec "$bin" "${args[@]}" "$@"

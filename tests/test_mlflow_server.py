@@ -1,0 +1,149 @@
+"""The team's tracking server: `mlflow/server.sh` starts a real `mlflow server` on 127.0.0.1 (a free
+port, its sqlite store and artifacts in tmp_path), a real offline CPU run logs to it over HTTP and
+reads back, and headless Chromium opens the MLflow UI it serves and finds the run and its speedup.
+
+The browser test is skipped when Chromium is not installed (`make browser` installs Debian's
+package); CI installs it and sets EVOTEAM_REQUIRE_BROWSER=1, which turns that skip into a failure.
+"""
+
+import html
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+from mlflow import MlflowClient  # noqa: E402
+
+from evoteam import tracking  # noqa: E402
+
+from conftest import REPO, run_evoteam  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("mlflow-server")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "MLFLOW_DATA": str(data), "MLFLOW_HOST": "127.0.0.1", "MLFLOW_PORT": str(port),
+           "MLFLOW_WORKERS": "1", "MLFLOW_BIN": str(Path(os.sys.executable).parent / "mlflow")}
+    log = open(data / "server.log", "w")
+    proc = subprocess.Popen(["bash", str(REPO / "mlflow" / "server.sh")], cwd=data, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not _healthy(url):
+            assert proc.poll() is None, (data / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "mlflow server did not answer /health in time"
+            time.sleep(0.5)
+        yield {"url": url, "data": data}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (uvicorn and its worker)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def logged_run(server, tmp_path_factory):
+    """A real offline CPU run (one workload, 2 evaluations) logged to the server."""
+    cwd = tmp_path_factory.mktemp("run")
+    proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2]", "budget.max_evaluations=2", "seed=2",
+                       "team=fixed4", f"tracking.tracking_uri={server['url']}", "tracking.experiment=team-server",
+                       f"run_dir={cwd / 'run'}", cwd=cwd, env={"EVOTEAM_CACHE_DIR": str(cwd / "cache")})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    client = MlflowClient(server["url"])
+    experiment = client.get_experiment_by_name("team-server")
+    runs = client.search_runs([experiment.experiment_id], "tags.`evoteam.kind` = 'run'")
+    assert len(runs) == 1
+    return {"client": client, "run": runs[0], "experiment": experiment, "cwd": cwd}
+
+
+def test_a_run_logged_to_the_server_reads_back(server, logged_run, tmp_path):
+    client, run = logged_run["client"], logged_run["run"]
+    assert run.info.status == "FINISHED" and run.data.tags["evoteam.team_preset"] == "fixed4"
+    assert run.data.params["tracking.tracking_uri"] == server["url"]
+    assert run.data.metrics["final_workloads"] == 1 and run.data.metrics["final_evaluations"] == 2
+    assert "final_geomean_speedup" in run.data.metrics
+    evaluations = client.get_metric_history(run.info.run_id, "evaluations")
+    assert sorted(m.step for m in evaluations) == [1, 2]
+    teams = client.search_runs([logged_run["experiment"].experiment_id],
+                               f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert len(teams) == 1 and teams[0].data.params["roles"].startswith("explorer:explorer")
+    # Artifacts go through the server (proxied) into its data folder.
+    assert logged_run["experiment"].artifact_location.startswith("mlflow-artifacts:")
+    plots = Path(client.download_artifacts(run.info.run_id, "plots", str(tmp_path)))
+    assert sorted(p.name for p in plots.glob("*.png")) == ["best_speedup_vs_evaluations.png",
+                                                           "best_speedup_vs_tokens.png"]
+    assert all(p.read_bytes().startswith(PNG) for p in plots.glob("*.png"))
+    stored = list((server["data"] / "artifacts").rglob("table.txt"))
+    assert len(stored) == 1 and "geomean speedup" in stored[0].read_text()
+    assert (logged_run["cwd"] / "run" / tracking.RUN_FILE).is_file()
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _page_text(browser: str, url: str, profile: Path) -> list[str]:
+    """The UI page's text after its scripts ran (virtual time), one line per text node."""
+    profile.mkdir(parents=True, exist_ok=True)
+    args = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+            # Every host name but the loopback server's fails to resolve: the page reaches nothing else.
+            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+            "--virtual-time-budget=15000", "--dump-dom", url]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = re.sub(r"<(script|style)\b.*?</\1>", "", proc.stdout, flags=re.S)
+    return [html.unescape(t.strip()) for t in re.split(r"<[^>]+>", text) if t.strip()]
+
+
+def test_the_mlflow_ui_shows_the_run_and_its_speedup(server, logged_run, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("EVOTEAM_REQUIRE_BROWSER") == "1":
+            pytest.fail("EVOTEAM_REQUIRE_BROWSER=1 but chromium is not installed (make browser)")
+        pytest.skip("chromium is not installed (make browser installs Debian's package)")
+    run = logged_run["run"]
+    experiment_id = logged_run["experiment"].experiment_id
+    name = run.data.tags["mlflow.runName"]
+
+    runs_page = _page_text(browser, f"{server['url']}/#/experiments/{experiment_id}/runs", tmp_path / "p1")
+    assert name in runs_page, runs_page[:80]
+
+    run_page = _page_text(browser, f"{server['url']}/#/experiments/{experiment_id}/runs/{run.info.run_id}",
+                          tmp_path / "p2")
+    assert name in run_page
+    shown = run_page[run_page.index("final_geomean_speedup") + 1]
+    assert float(shown) == pytest.approx(run.data.metrics["final_geomean_speedup"], rel=1e-6)
+    assert "best_geomean_speedup" in run_page and "evoteam.team_preset" in run_page
