@@ -27,7 +27,7 @@ from evoteam.team.spec import TeamSpec
 from evoteam.team.supervisor import Supervisor, stalled, verdict
 from evoteam.team.toolbox import HarnessSettings, Toolbox
 from evoteam.team.workspace import Workspace
-from evoteam.worker import EvalRequest, WorkloadResult, evaluate_isolated
+from evoteam.worker import WorkloadResult, evaluate_isolated
 
 
 @dataclass
@@ -246,10 +246,7 @@ class TeamRun:
             path = final_dir / "kernels" / f"{attempt_id or 'default'}.py"
             path.write_text(source)
             s = self.settings
-            request = EvalRequest(task=s.task, hardware=s.hardware, solution=str(path), workloads=uuids,
-                                  scale=s.scale, trials=s.trials, seed=s.seed + 1, timing_mode=s.timing_mode,
-                                  baseline=s.baseline, baseline_options=s.baseline_options, warmup=s.warmup,
-                                  reps=max(s.reps, 3), use_baseline_cache=False)
+            request = s.request(str(path), uuids, seed=s.seed + 1, reps=max(s.reps, 3), use_baseline_cache=False)
             for r in evaluate_isolated(request, timeout_s=timeout_s).results:
                 results[r.uuid] = r
         (final_dir / "dispatch.json").write_text(json.dumps(table, indent=1))

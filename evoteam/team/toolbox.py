@@ -42,6 +42,15 @@ class HarnessSettings:
     use_baseline_cache: bool = True  # quick feedback; the final re-measurement times both
 
 
+    def request(self, solution: str, workloads: list[str], **overrides) -> EvalRequest:
+        """An evaluation request of these settings for one candidate file."""
+        fields = dict(task=self.task, hardware=self.hardware, solution=solution, workloads=workloads,
+                      scale=self.scale, trials=self.trials, seed=self.seed, timing_mode=self.timing_mode,
+                      baseline=self.baseline, baseline_options=self.baseline_options, warmup=self.warmup,
+                      reps=self.reps, use_baseline_cache=self.use_baseline_cache)
+        return EvalRequest(**{**fields, **overrides})
+
+
 Evaluator = Callable[[EvalRequest, float], EvalResult]
 
 
@@ -91,11 +100,7 @@ class Toolbox:
         self.ledger.allow_evaluation()
         attempt_id, folder = self.workspace.new_attempt_dir(source)
         s = self.settings
-        request = EvalRequest(task=s.task, hardware=s.hardware, solution=str(folder / "kernel.py"),
-                              workloads=workloads, scale=s.scale, trials=s.trials, seed=s.seed,
-                              timing_mode=s.timing_mode, baseline=s.baseline, baseline_options=s.baseline_options,
-                              warmup=s.warmup, reps=s.reps, check_only=kind == "check",
-                              use_baseline_cache=s.use_baseline_cache)
+        request = s.request(str(folder / "kernel.py"), workloads, check_only=kind == "check")
         result = self.evaluator(request, s.timeout_s)
         status, failure, speedups, statuses, noise, geomean = summarize_result(result)
         attempt = Attempt(attempt_id=attempt_id, key=key, team=self.team_id, role=self.role.name, kind=kind,
