@@ -12,6 +12,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from evoteam.schema import append_journal, read_journal
+
 
 def default_path() -> Path:
     root = os.environ.get("EVOTEAM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "evoteam")
@@ -49,13 +51,8 @@ class BaselineCache:
 
     def _load(self) -> dict[str, float]:
         entries: dict[str, float] = {}
-        if self.path.is_file():
-            for line in self.path.read_text().splitlines():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by an interrupted writer
-                entries[_key_str(Key(**obj["key"]))] = float(obj["median_ms"])
+        for obj in read_journal(self.path):
+            entries[_key_str(Key(**obj["key"]))] = float(obj["median_ms"])
         return entries
 
     def get(self, key: Key) -> float | None:
@@ -64,5 +61,4 @@ class BaselineCache:
     def put(self, key: Key, median_ms: float) -> None:
         # Appending keeps the file valid if interrupted; the last entry for a key wins.
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as fh:
-            fh.write(json.dumps({"key": asdict(key), "median_ms": median_ms}) + "\n")
+        append_journal(self.path, {"key": asdict(key), "median_ms": median_ms})

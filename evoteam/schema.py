@@ -455,6 +455,35 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
                 raise SchemaError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
 
 
+def read_journal(path: str | Path) -> list[dict]:
+    """The intact lines of an append-only JSON-lines journal. A line cut by a killed writer (and a
+    line later appended onto it) is skipped; every other line is kept."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return entries
+
+
+def append_journal(path: str | Path, obj: dict) -> None:
+    """Append one JSON line, first ending a line that a killed writer left unterminated."""
+    path = Path(path)
+    with open(path, "a+b") as fh:
+        fh.seek(0, 2)
+        if fh.tell():
+            fh.seek(-1, 2)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+        fh.write((json.dumps(obj) + "\n").encode())
+        fh.flush()
+
+
 def load_traces(path: str | Path) -> list[Trace]:
     return [Trace.from_json(obj) for obj in read_jsonl(path)]
 

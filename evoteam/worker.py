@@ -21,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from evoteam.schema import append_journal, read_journal
+
 # Statuses of one workload's evaluation.
 PASSED = "PASSED"
 FAILURE_STATUSES = ("rejected", "compile_error", "exception", "unwritten", "nan_inf", "mismatch", "rel_norm",
@@ -136,18 +138,6 @@ def _describe_exit(returncode: int, stderr_tail: str) -> tuple[str, str]:
     return "crash", cause
 
 
-def _read_progress(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line cut by a dying worker
-    return events
-
-
 class _Progress:
     """Follows one worker's progress file: which workload it is on and since when."""
 
@@ -158,7 +148,7 @@ class _Progress:
         self.started_at = time.monotonic()
 
     def consume(self, record) -> None:
-        events = _read_progress(self.path)
+        events = read_journal(self.path)
         for event in events[self.seen:]:
             if event["event"] == "start":
                 self.current = event["uuid"]
@@ -248,11 +238,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _emit(progress: Path, event: dict) -> None:
-    # One write per line, flushed and synced, so the parent never reads half of a finished line.
-    with open(progress, "a") as fh:
-        fh.write(json.dumps(event) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    append_journal(progress, event)
 
 
 def worker_main(request_path: str, progress_path: str) -> int:

@@ -130,6 +130,11 @@ def test_workspace_journal_survives_a_cut_line(tmp_path):
         fh.write('{"attempt_id": "0002", "ke')  # killed while writing
     again = Workspace(tmp_path / "ws")
     assert [x.attempt_id for x in again.attempts] == [attempt_id]
+    # A resumed run appends after the cut line; what it appends is read back too.
+    later = _attempt(2)
+    later.attempt_id, _ = again.new_attempt_dir("print(2)")
+    again.record(later, {"results": []})
+    assert [x.attempt_id for x in Workspace(tmp_path / "ws").attempts] == [attempt_id, later.attempt_id]
     assert again.find("k1") is not None and evaluation_key("s", ["b", "a"], "check") == evaluation_key(
         "s", ["a", "b"], "check")
     assert "no verified kernel" in again.view("best_kernel") or again.best() is not None

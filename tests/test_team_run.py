@@ -1,7 +1,6 @@
 """The team run loop: a stall triggers a redesign (stand-in evaluator, fast), and a real run killed
 with SIGKILL mid-run resumes without repeating any finished evaluation."""
 
-import json
 import os
 import signal
 import subprocess
@@ -9,6 +8,7 @@ import sys
 import time
 
 from evoteam.families import load_families
+from evoteam.schema import read_journal
 from evoteam.task import load_task
 from evoteam.team import presets
 from evoteam.team.budget import Ledger
@@ -56,16 +56,7 @@ def test_a_stall_triggers_a_redesign_and_the_history_records_it(tmp_path):
 
 
 def _journal(run_dir):
-    path = run_dir / "workspace" / "attempts.jsonl"
-    if not path.is_file():
-        return []
-    lines = []
-    for line in path.read_text().splitlines():
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return lines
+    return read_journal(run_dir / "workspace" / "attempts.jsonl")
 
 
 def test_sigkill_mid_run_then_resume_repeats_no_finished_evaluation(tmp_path):

@@ -15,6 +15,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from evoteam.schema import append_journal, read_journal
+
 
 @dataclass
 class Attempt:
@@ -51,26 +53,11 @@ class Workspace:
         self.teams_path = self.root / "teams.jsonl"
         self.strategy_path = self.root / "strategy.jsonl"
         self.notes_path = self.root / "notes.md"
-        self._attempts: list[Attempt] = [Attempt(**json.loads(line)) for line in self._lines(self.journal)]
-
-    @staticmethod
-    def _lines(path: Path) -> list[str]:
-        if not path.is_file():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            if line.strip():
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError:
-                    break  # a line cut by a killed process: everything before it is intact
-                out.append(line)
-        return out
+        self._attempts: list[Attempt] = [Attempt(**entry) for entry in read_journal(self.journal)]
 
     @staticmethod
     def _append(path: Path, obj: dict) -> None:
-        with open(path, "a") as fh:
-            fh.write(json.dumps(obj) + "\n")
+        append_journal(path, obj)
 
     # ------------------------------------------------------------------ attempts
     @property
@@ -100,7 +87,7 @@ class Workspace:
         self._append(self.teams_path, entry)
 
     def teams(self) -> list[dict]:
-        return [json.loads(line) for line in self._lines(self.teams_path)]
+        return read_journal(self.teams_path)
 
     def record_strategy(self, entry: dict) -> None:
         self._append(self.strategy_path, entry)
