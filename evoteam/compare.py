@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evoteam.errors import UserError
-from evoteam.tracking import KIND, SWEEP, check_reachable, load_mlflow, pyplot, resolve_uri, sqlite_path
+from evoteam.tracking import KIND, SWEEP, check_reachable, load_mlflow, pyplot, resolve_uri, save_axes, sqlite_path
 
 DEFAULT_URI = "sqlite:///evoteam-mlflow.db"
 DEFAULT_EXPERIMENT = "evoteam"
@@ -229,12 +229,7 @@ def plot_tokens(rows: list[RunRow], path: Path, title: str) -> None:
             ax.legend(unique.values(), unique.keys(), fontsize=7)
         if max((r.geomean or 0.0) for r in rows) >= 0.5:
             ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-        ax.set_xlabel("tokens spent (prompt + completion)")
-        ax.set_ylabel("final geomean speedup (x)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path)
+        save_axes(fig, ax, "tokens spent (prompt + completion)", "final geomean speedup (x)", title, path)
     finally:
         plt.close(fig)
 

@@ -497,6 +497,16 @@ def pyplot():
     return plt
 
 
+def save_axes(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> None:
+    """Label, grid and write a plot the same way for every evoteam figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def plot_steps(points: list[tuple[float, float]], xlabel: str, title: str, path: Path,
                marks: list[tuple[float, str]] = ()) -> None:
     """Best speedup as a step line (the running maximum) against `xlabel`, with vertical `marks`
@@ -516,12 +526,7 @@ def plot_steps(points: list[tuple[float, float]], xlabel: str, title: str, path:
             ax.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, ha="right", va="top",
                         fontsize=7, color="C1")
         ax.xaxis.get_major_locator().set_params(integer=True)  # evaluations and tokens are counts
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("best verified geomean speedup (x)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path)
+        save_axes(fig, ax, xlabel, "best verified geomean speedup (x)", title, path)
     finally:
         plt.close(fig)
 

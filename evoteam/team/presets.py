@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evoteam.team.spec import TOOLS, RoleSpec, TeamSpec
+from evoteam.team.spec import RoleSpec, TeamSpec
 
 
 def single(model: str) -> TeamSpec:
@@ -34,4 +34,3 @@ def evolving(model: str) -> TeamSpec:
 
 
 PRESETS = {"single": single, "fixed4": fixed4, "evolving": evolving}
-ALL_TOOLS = TOOLS

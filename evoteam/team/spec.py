@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 ROLE_KINDS = ("generalist", "explorer", "tuner", "debugger", "analyst", "reviewer")
 TOOLS = ("write_kernel", "run_check", "run_benchmark", "read_shared", "submit")
@@ -101,10 +101,3 @@ class TeamSpec:
         roles = ", ".join(f"{r.name}({r.kind}{'; ' + r.workload_group if r.workload_group else ''}; reads "
                           f"{'+'.join(r.reads)})" for r in self.turn_order)
         return f"{self.name} [{self.spec_id}] {self.topology}: {roles}"
-
-
-def role(name: str, kind: str, **kw) -> RoleSpec:
-    return RoleSpec(name=name, kind=kind, **kw)
-
-
-__all__ = ["RoleSpec", "TeamSpec", "SpecError", "role", "field"]

@@ -15,7 +15,6 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from evoteam import anticheat
 from evoteam.team.budget import Ledger
@@ -229,6 +228,3 @@ TOOL_SCHEMAS = [
 
 def schemas_for(role: RoleSpec) -> list[dict]:
     return [s for s in TOOL_SCHEMAS if s["function"]["name"] in role.tools]
-
-
-__all__ = ["Toolbox", "HarnessSettings", "TOOL_SCHEMAS", "schemas_for", "describe", "summarize_result", "Path"]
