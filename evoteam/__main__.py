@@ -42,9 +42,15 @@ def _job(cfg: DictConfig) -> float | None:
         sys.exit(cli_errors.EXIT_BAD_INPUT)
 
 
+# Hydra flags that print something instead of running the job: they need no container engine.
+_NO_RUN_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--resolve", "--shell-completion",
+                 "-sc")
+
+
 def main() -> None:
     try:
-        cli_errors.preflight(_overrides(sys.argv[1:]))
+        runs = not any(arg in _NO_RUN_FLAGS or arg.startswith("--cfg=") for arg in sys.argv[1:])
+        cli_errors.preflight(_overrides(sys.argv[1:]), check_engine=runs)
     except cli_errors.ConfigInputError as exc:
         print(f"evoteam: error: {exc}", file=sys.stderr)
         sys.exit(cli_errors.EXIT_BAD_INPUT)

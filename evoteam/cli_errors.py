@@ -122,8 +122,9 @@ def _extra_keys(node: DictConfig, schema: type, prefix: str) -> list[str]:
     return extra
 
 
-def validate(cfg: DictConfig) -> None:
-    """Checks the schema's types cannot express. Raises ConfigInputError."""
+def validate(cfg: DictConfig, *, check_engine: bool = False) -> None:
+    """Checks the schema's types cannot express. Raises ConfigInputError. With `check_engine`, a run
+    with executor=docker also needs its engine to answer and the target's image to be there."""
     from evoteam import hardware, task
 
     extra = _extra_keys(cfg, config.EvoteamConfig, "")
@@ -140,10 +141,25 @@ def validate(cfg: DictConfig) -> None:
     if cfg.task.scale is not None and cfg.task.scale not in task.SCALES:
         raise ConfigInputError(f"task.scale={cfg.task.scale} is not valid; expected one of "
                                f"{', '.join(task.SCALES)} or null")
-    for key in ("task.check_trials", "budget.tokens", "budget.max_evaluations", "executor.timeout_s"):
+    for key in ("task.check_trials", "budget.tokens", "budget.max_evaluations", "executor.timeout_s",
+                "executor.memory_gib", "executor.pids_limit"):
         value = OmegaConf.select(cfg, key)
         if value is not None and value < 1:
             raise ConfigInputError(f"{key}={value} is not valid; expected a positive integer")
+    if check_engine and cfg.executor.kind == config.ExecutorKind.docker:
+        _check_engine(cfg)
+
+
+def _check_engine(cfg: DictConfig) -> None:
+    from evoteam import container, hardware
+
+    try:
+        hw = hardware.resolve(cfg.hardware.name, remote=True)
+        image = cfg.executor.image or hw.container.image
+        client = container.connect(cfg.executor.docker_host)
+        container.check_image(client, image, hw, container.engine_address(cfg.executor.docker_host))
+    except UserError as exc:
+        raise ConfigInputError(str(exc)) from None
 
 
 def _expand(overrides: list[str]) -> list[list[str]]:
@@ -168,8 +184,9 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
-def preflight(overrides: list[str]) -> None:
-    """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one."""
+def preflight(overrides: list[str], *, check_engine: bool = True) -> None:
+    """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one.
+    `check_engine`: a run (not a --cfg or --help) with executor=docker needs its engine and image."""
     try:
         variants = _expand(overrides)
     except OverrideParseException as exc:
@@ -180,4 +197,4 @@ def preflight(overrides: list[str]) -> None:
                 cfg = compose("config", overrides=variant)
         except Exception as exc:  # noqa: BLE001 - every composition failure becomes one line
             raise ConfigInputError(explain(exc)) from None
-        validate(cfg)
+        validate(cfg, check_engine=check_engine)

@@ -99,7 +99,9 @@ class ExecutorConfig:
     timeout_s: int = 600  # per candidate evaluation
     docker_host: str | None = None  # falls back to DOCKER_HOST
     image: str | None = None  # falls back to the hardware target's container image
-    memory_gib: int = 16
+    memory_gib: int = 16  # per worker container (no swap)
+    pids_limit: int = 4096  # processes and threads per worker container
+    cache_dir: str | None = None  # kept between containers (Triton, FlashInfer JIT); null: ~/.cache/evoteam/container
 
 
 @dataclass

@@ -58,8 +58,11 @@ def run(cfg: DictConfig) -> float | None:
 
     run_dir, cfg = _run_dir(cfg)
     hw = hardware.resolve(cfg.hardware.name, remote=cfg.executor.kind.value == "docker")
-    if cfg.executor.kind.value != "local":
-        raise UserError(f"executor={cfg.executor.kind.value} is not available yet; use executor=local")
+    evaluator = None  # executor=local: worker processes on this machine
+    if cfg.executor.kind.value == "docker":
+        from evoteam.container import ContainerExecutor
+
+        evaluator = ContainerExecutor.from_config(cfg.executor, hw)  # the engine and the image, or one line
     task = load_task(cfg.task.name)
     scale = cfg.task.scale or hw.problem_scale
     workloads = select_workloads(task.scaled_workloads(scale), list(cfg.task.workloads))
@@ -110,7 +113,7 @@ def run(cfg: DictConfig) -> float | None:
     supervisor = Supervisor(groups=sorted(set(groups.values())), models=[model], llm_redesign=llm_redesign)
     team_run = TeamRun(run_dir=run_dir, task=task, workloads=workloads, settings=settings, ledger=ledger,
                        preset=preset, space=SearchSpace(load_families(task)), supervisor=supervisor, seed=seed,
-                       llm_agent_factory=llm_agent_factory, on_turn=tracker.sync)
+                       llm_agent_factory=llm_agent_factory, on_turn=tracker.sync, evaluator=evaluator)
     print(f"evoteam: task {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; team "
           f"{cfg.team.preset.value}; llm {model}; budget {mode}: {ledger.token_budget} tokens, "
           f"{ledger.max_evaluations} evaluations; seed {seed}; run dir {run_dir}", flush=True)

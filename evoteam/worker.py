@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from evoteam.schema import append_journal, read_journal
@@ -159,10 +159,59 @@ class _Progress:
         self.seen = len(events)
 
 
+class LocalWorkers:
+    """Worker processes on this machine (executor=local): `python -m evoteam.worker` in its own
+    process group, without network where the machine allows (`unshare -n`)."""
+
+    def __init__(self, python: str = sys.executable, extra_env: dict | None = None):
+        self.python = python
+        self.extra_env = extra_env or {}
+        self.prefix = _network_isolation_prefix()
+
+    def start(self, request: EvalRequest, workdir: Path, attempt: int) -> _LocalWorker:
+        return _LocalWorker(self, request, workdir, attempt)
+
+
+class _LocalWorker:
+    """One worker process. The interface every kind of worker has (see evoteam.container):
+    progress_path, poll() -> exit code or None, kill(), exit_cause(code) -> (status, cause), logs(), close()."""
+
+    def __init__(self, workers: LocalWorkers, request: EvalRequest, workdir: Path, attempt: int):
+        req_path = workdir / f"request{attempt}.json"
+        self.progress_path = workdir / f"progress{attempt}.jsonl"
+        self.log_path = workdir / f"stderr{attempt}.txt"
+        req_path.write_text(json.dumps(asdict(request)))
+        env = {**os.environ, **workers.extra_env, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "w") as log_file:
+            self.proc = subprocess.Popen([*workers.prefix, workers.python, "-m", "evoteam.worker", str(req_path),
+                                          str(self.progress_path)], stdout=log_file, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        _kill_group(self.proc)
+
+    def exit_cause(self, returncode: int) -> tuple[str, str]:
+        return _describe_exit(returncode, self.logs())
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+
+
+LOG_TAIL_CHARS = 4000
+
+
 def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s: float | None = None,
                       python: str = sys.executable, extra_env: dict | None = None,
-                      on_result=None) -> EvalResult:
-    """Run the request in worker processes; never raises for anything the candidate does."""
+                      on_result=None, workers=None) -> EvalResult:
+    """Run the request in fresh worker processes; never raises for anything the candidate does.
+    `workers` starts them: LocalWorkers (the default) or evoteam.container.ContainerWorkers."""
     from evoteam.task import load_task
 
     task = load_task(request.task)
@@ -170,9 +219,9 @@ def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s
     remaining = list(all_uuids)
     results: dict[str, WorkloadResult] = {}
     restarts = 0
-    log_tail = ""
+    logs: list[str] = []
     deadline = time.monotonic() + total_timeout_s if total_timeout_s else None
-    prefix = _network_isolation_prefix()
+    workers = workers or LocalWorkers(python, extra_env)
 
     def record(result: WorkloadResult) -> None:
         results[result.uuid] = result
@@ -183,38 +232,36 @@ def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s
         tmp_path = Path(tmp)
         while remaining:
             attempt = restarts
-            req_path = tmp_path / f"request{attempt}.json"
-            progress_path = tmp_path / f"progress{attempt}.jsonl"
-            req_path.write_text(json.dumps({**asdict(request), "workloads": remaining}))
-            stderr_path = tmp_path / f"stderr{attempt}.txt"
-            env = {**os.environ, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
-            with open(stderr_path, "w") as stderr_file:
-                proc = subprocess.Popen([*prefix, python, "-m", "evoteam.worker", str(req_path), str(progress_path)],
-                                        stdout=stderr_file, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
-                progress = _Progress(progress_path)
+            worker = workers.start(replace(request, workloads=remaining), tmp_path, attempt)
+            try:
+                progress = _Progress(worker.progress_path)
                 killed_for: str | None = None
-                while proc.poll() is None:
+                while (returncode := worker.poll()) is None:
                     progress.consume(record)
                     now = time.monotonic()
                     if now - progress.started_at > timeout_s or (deadline and now > deadline):
                         killed_for = "timeout"
-                        _kill_group(proc)
+                        worker.kill()
+                        returncode = worker.poll()
                         break
                     time.sleep(0.05)
                 progress.consume(record)  # lines written just before the exit
                 current = progress.current
-            log_tail = stderr_path.read_text()[-4000:]
-            remaining = [u for u in remaining if u not in results]
-            if not remaining:
-                break
-            if killed_for == "timeout":
-                cause = f"no result within {timeout_s:.0f} s"
-                status = "timeout"
-            elif proc.returncode == 0:
-                cause, status = "worker ended without a result for this workload", "crash"
-            else:
-                status, cause = _describe_exit(proc.returncode, log_tail)
+                log = worker.logs()
+                remaining = [u for u in remaining if u not in results]
+                if not remaining:
+                    logs.append(log)
+                    break
+                if killed_for == "timeout":
+                    cause = f"no result within {timeout_s:.0f} s"
+                    status = "timeout"
+                elif returncode == 0:
+                    cause, status = "worker ended without a result for this workload", "crash"
+                else:
+                    status, cause = worker.exit_cause(returncode)
+                logs.append(f"{log.rstrip()}\n--- {status}: {cause}")
+            finally:
+                worker.close()
             victim = current or remaining[0]
             record(WorkloadResult(uuid=victim, status=status, detail=cause))
             remaining = [u for u in remaining if u != victim]
@@ -223,7 +270,14 @@ def evaluate_isolated(request: EvalRequest, *, timeout_s: float, total_timeout_s
                     results[uuid] = WorkloadResult(uuid=uuid, status=status, detail=cause)
                 remaining = []
             restarts += 1
-    return EvalResult(results=[results[u] for u in all_uuids], restarts=restarts, log_tail=log_tail)
+    return EvalResult(results=[results[u] for u in all_uuids], restarts=restarts, log_tail=_join_logs(logs))
+
+
+def _join_logs(logs: list[str]) -> str:
+    """The tail of every worker's log, oldest first; one worker's log as it is."""
+    if len(logs) <= 1:
+        return logs[0] if logs else ""
+    return "\n".join(f"=== worker {i} ===\n{log}" for i, log in enumerate(logs))[-4 * LOG_TAIL_CHARS:]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -27,7 +27,11 @@ PLANTED = {
 
 
 def source(name: str) -> str:
-    what, header, prologue = PLANTED[name]
+    return variant(*PLANTED[name])
+
+
+def variant(what: str, header: str, prologue: str) -> str:
+    """The correct candidate with `header` after its imports and `prologue` at the start of run()."""
     text = CORRECT.read_text()
     head, sep, body = text.partition("\n\n\ndef run(")
     signature, colon_newline, rest = body.partition(":\n")

@@ -87,7 +87,7 @@ class TeamRun:
         self.seed = seed
         self.llm_agent_factory = llm_agent_factory
         self.log = log
-        self.evaluator = evaluator  # None: the isolated harness (tests pass a stand-in)
+        self.evaluator = evaluator  # None: the isolated harness on this machine (executor=docker, tests: others)
         self.on_turn = on_turn  # called after every turn (tracking: metrics, team runs)
         self.workspace = Workspace(self.run_dir / "workspace")
         self.state_path = self.run_dir / "state.json"
@@ -247,7 +247,8 @@ class TeamRun:
             path.write_text(source)
             s = self.settings
             request = s.request(str(path), uuids, seed=s.seed + 1, reps=max(s.reps, 3), use_baseline_cache=False)
-            for r in evaluate_isolated(request, timeout_s=timeout_s).results:
+            evaluate = self.evaluator or (lambda req, limit: evaluate_isolated(req, timeout_s=limit))
+            for r in evaluate(request, timeout_s).results:
                 results[r.uuid] = r
         (final_dir / "dispatch.json").write_text(json.dumps(table, indent=1))
         ordered = [results[w.uuid] for w in self.workloads]
