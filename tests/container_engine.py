@@ -181,10 +181,13 @@ def wheels() -> Path:
         return folder
     log(f"downloading wheels into {folder}")
     folder.mkdir(parents=True, exist_ok=True)
-    _run(sys.executable, "-m", "pip", "download", "-q", "--dest", str(folder), "--only-binary=:all:",
-         "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none",
-         "--platform", "manylinux_2_28_x86_64", "--platform", "any",
-         TORCH, BUILD_BACKEND, "-r", str(REPO / "docker" / "requirements-worker.txt"))
+    result = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--dest", str(folder),
+                             "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+                             "--abi", "cp311", "--abi", "abi3", "--abi", "none", "--platform", "manylinux_2_28_x86_64",
+                             TORCH, BUILD_BACKEND, "-r", str(REPO / "docker" / "requirements-worker.txt")],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip download failed: {(result.stdout + result.stderr).strip()[-2000:]}")
     done.write_text(requirements)
     return folder
 
