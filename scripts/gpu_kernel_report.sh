@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Issue 7's measurements of the MLA decode kernel family on one NVIDIA GPU (the lent H200).
+#   probe    where the time goes: host cost per call, events vs graph-replay device time, compiled
+#            kernels' registers/spills/shared memory; the family default and the champion (if any)
+#            next to FlashInfer (scripts/mla_probe.py; about 2 minutes)
+#   sweep1, sweep2   the flashdecode family's space (families.json), half each (about 4-5 minutes
+#            each): every point on all 47 workloads, FlashInfer's time from the baseline cache after
+#            the first point that times it; JSON per half, written after every point (merge them with
+#            sweep_family.py --merge). SWEEP_SHARDS=3 makes sweep1..sweep3 thirds; SWEEP_ARGS adds
+#            arguments, e.g. SWEEP_ARGS='--space {"BLOCK_N":[64],"num_warps":[8]}' (JSON without spaces)
+#   sweep    both halves in one call (over 8 minutes: only where the call limit allows)
+#   mla      the champion vs FlashInfer fa3/auto, plan() cached (events, kernel only) and plan() per
+#            call (wallclock), each timed twice, side by side in the same run (about 5 minutes)
+#   mla_graph  the champion vs FlashInfer, plan cached, timed by graph replay (device time only)
+# The champion is $KERNEL, else kernels/mla_decode/flashdecode_champion.py, else the family's file.
+# Usage from the repository root: bash scripts/gpu_kernel_report.sh OUT_DIR [probe|sweep1|sweep2|sweep|mla|mla_graph ...]
+# Needs flashinfer-python: pip install -e .[cuda], or the wheels of ../shared/device/fetch_wheels.sh in
+# .whl (installed here into /tmp/site). Keep at most 8 files under OUT_DIR (the device tool's limit).
+set -uo pipefail
+out=${1:?give an output folder}; shift
+parts=${*:-mla}
+mkdir -p "$out"
+if [ -d .whl ] && ! python3 -c "import flashinfer" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$out/cache
+family=kernels/mla_decode/flashdecode_triton.py
+champion=${KERNEL:-}
+if [ -z "$champion" ]; then
+  if [ -f kernels/mla_decode/flashdecode_champion.py ]; then champion=kernels/mla_decode/flashdecode_champion.py; else champion=$family; fi
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+echo "champion: $champion"
+bench() { python3 -m evoteam.bench "$@"; }
+sweep() {  # $1: shard, $2: json name, then more sweep_family.py arguments; $SWEEP_ARGS too (e.g. --space)
+  python3 scripts/sweep_family.py --task mla_decode --family flashdecode --shard "$1" --reps 30 --warmup 5 \
+    --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached --timing events \
+    --dispatch-axes batch_size,num_kv_indices --out "$out/$2" "${@:3}" ${SWEEP_ARGS:-}
+}
+for part in $parts; do
+  case $part in
+    probe)
+      kernels=$family
+      [ "$champion" != "$family" ] && kernels="$family $champion"
+      python3 scripts/mla_probe.py $kernels --json "$out/probe.json" 2>&1 | tee "$out/probe.log" ;;
+    sweep[1-9])  # shard K of ${SWEEP_SHARDS:-2}
+      k=${part#sweep}
+      sweep "$k/${SWEEP_SHARDS:-2}" "$part.json" 2>&1 | tee "$out/$part.log" ;;
+    sweep)
+      sweep 1/1 sweep.json --emit-dispatch "$out/dispatch.json" --emit-kernel "$out/flashdecode_champion.py" \
+        2>&1 | tee "$out/sweep.log" ;;
+    mla)
+      for run in 1 2; do
+        bench "$champion" --task mla_decode --baseline flashinfer --label champion \
+          --baseline-option backend=auto --baseline-option plan=cached --timing events \
+          --json "$out/mla_plan_cached_run$run.json"
+        bench "$champion" --task mla_decode --baseline flashinfer --label champion \
+          --baseline-option backend=auto --baseline-option plan=per_call --reps 30 \
+          --json "$out/mla_plan_per_call_run$run.json"
+      done 2>&1 | grep -v '^\[' | tee "$out/mla.log" ;;
+    mla_graph)
+      bench "$champion" --task mla_decode --baseline flashinfer --label champion \
+        --baseline-option backend=auto --baseline-option plan=cached --timing graph --reps 30 \
+        --json "$out/mla_plan_cached_graph.json" 2>&1 | grep -v '^\[' | tee "$out/mla_graph.log" ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done

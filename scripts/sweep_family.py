@@ -1,0 +1,386 @@
+"""Sweep a kernel family's space with the harness, and turn the results into a per-shape dispatch.
+
+    python scripts/sweep_family.py --task mla_decode --family flashdecode --out sweep.json \\
+        [--space '{"num_warps": [4, 8]}'] [--shard 1/2] [--workloads PREFIX ...] \\
+        [--emit-dispatch dispatch.json] [--emit-kernel champion.py]
+    python scripts/sweep_family.py --task mla_decode --family flashdecode --merge a.json b.json --out all.json ...
+
+Every point of the space (the family's, from families.json, or --space: a JSON object of lists that
+replaces those keys of the family's space) is written to a temporary file (the family's file with
+PARAMS rewritten and a module-level DISPATCH literal, if any, emptied, so the point applies to every
+shape) and evaluated like `python -m evoteam.bench` does: one fresh isolated worker process per point
+(evoteam.worker.evaluate_isolated), the correctness checker on every workload, then the baseline and
+the candidate timed side by side in that process. By default the baseline's time is taken from the
+baseline cache where it holds one (the first point that times a workload fills it): --time-baseline
+times it side by side at every point. Reports must time both side by side (python -m evoteam.bench).
+
+--out gets one JSON: per point, per workload, status, speedup, candidate and baseline times, noise.
+Printed: one line per point (passed, geomean, worst, wall time), the best point per workload, the
+best single point (highest geomean among the points that pass everywhere) and the geomean of the
+per-workload choice. --emit-dispatch writes that choice as [[axes, params], ...] (axes: the
+workload's --dispatch-axes), the literal a kernel's DISPATCH holds; --emit-kernel writes the family's
+file with PARAMS set to the best single point and DISPATCH to the table (the family's run() must
+read DISPATCH). --smooth K scores a point on a workload by the geometric mean of its speedups on the
+workload and its K neighbours on each side along the last dispatch axis among workloads with equal
+other axes: one noisy measurement then decides less.
+
+--shard I/N evaluates every N-th point from the I-th (to split a sweep over several calls); --merge
+joins the JSON files of several shards (or runs) into one and analyses that, evaluating nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DISPATCH_NAME = "DISPATCH"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/sweep_family.py", description=__doc__.splitlines()[0])
+    p.add_argument("--task", required=True)
+    p.add_argument("--family", required=True, help="a family name of kernels/<task>/families.json")
+    p.add_argument("--space", help="JSON object of lists replacing those keys of the family's space")
+    p.add_argument("--points", help="JSON list of points (merged over the family's default) instead of a space")
+    p.add_argument("--shard", default="1/1", help="I/N: evaluate points I-1, I-1+N, ... (default 1/1: all)")
+    p.add_argument("--max-points", type=int, help="refuse to run a space larger than this")
+    p.add_argument("--list", action="store_true", help="print the points and exit")
+    p.add_argument("--hardware", default="auto")
+    p.add_argument("--scale", choices=["full", "small"])
+    p.add_argument("--workloads", nargs="*", default=[], help="unique uuid prefixes (default: all)")
+    p.add_argument("--baseline", default="auto")
+    p.add_argument("--baseline-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--timing", choices=["events", "graph", "wallclock"], default="events")
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--reps", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--timeout", type=float, default=300, help="seconds per workload before a worker is killed")
+    p.add_argument("--profile", action="store_true",
+                   help="list the kernels each point launches (the anti-cheat profiler; off to save time)")
+    p.add_argument("--time-baseline", action="store_true",
+                   help="time the baseline side by side at every point (default: baseline cache where it has one)")
+    p.add_argument("--out", type=Path, help="write the sweep's JSON here")
+    p.add_argument("--merge", nargs="+", type=Path, help="analyse these sweep JSON files together; evaluate nothing")
+    p.add_argument("--dispatch-axes", help="comma-separated workload axes a dispatch entry keys on "
+                                           "(default: the var axes of the task's definition)")
+    p.add_argument("--smooth", type=int, default=1, help="neighbours on each side that a choice also looks at")
+    p.add_argument("--emit-dispatch", type=Path, help="write the per-workload choice as a DISPATCH JSON list")
+    p.add_argument("--emit-kernel", type=Path, help="write the family's file with PARAMS and DISPATCH set")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- points and sources
+
+
+def family_points(family, space_json: str | None, points_json: str | None) -> list[dict]:
+    if points_json:
+        points = [{**family.default, **p} for p in json.loads(points_json)]
+    else:
+        space = dict(family.space)
+        if space_json:
+            override = json.loads(space_json)
+            unknown = set(override) - set(space)
+            if unknown:
+                raise SystemExit(f"--space names parameters the family does not have: {sorted(unknown)}")
+            space.update({k: list(v) for k, v in override.items()})
+        import itertools
+
+        keys = list(space)
+        points = [dict(zip(keys, values)) for values in itertools.product(*(space[k] for k in keys))]
+    unknown = {k for p in points for k in p} - set(family.default)
+    if unknown:
+        raise SystemExit(f"points name parameters the family does not have: {sorted(unknown)}")
+    return points
+
+
+def _assignment(tree: ast.Module, name: str):
+    found = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+             and any(isinstance(t, ast.Name) and t.id == name
+                     for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))]
+    if len(found) > 1:
+        raise ValueError(f"more than one module-level assignment to {name}")
+    return found[0] if found else None
+
+
+def py_literal(value, indent: int = 0) -> str:
+    """A Python literal (double-quoted strings, True/False/None); a list of lists one item a line."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a finite number")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {py_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        items = [py_literal(v, indent + 4) for v in value]
+        if value and all(isinstance(v, (list, tuple)) for v in value):
+            pad = " " * (indent + 4)
+            return "[\n" + "".join(f"{pad}{item},\n" for item in items) + " " * indent + "]"
+        return "[" + ", ".join(items) + "]"
+    raise ValueError(f"cannot write {type(value).__name__} as a literal")
+
+
+def set_literal(source: str, name: str, value) -> str:
+    """`source` with the module-level `name = <literal>` rewritten to `value` (read back to check)."""
+    node = _assignment(ast.parse(source), name)
+    if node is None:
+        raise ValueError(f"the file has no module-level assignment to {name}")
+    raw = source.encode("utf-8")
+    starts = [0] + [i + 1 for i, byte in enumerate(raw) if byte == 0x0A]
+    begin = starts[node.value.lineno - 1] + node.value.col_offset
+    end = starts[node.value.end_lineno - 1] + node.value.end_col_offset
+    text = (raw[:begin] + py_literal(value).encode("utf-8") + raw[end:]).decode("utf-8")
+    back = ast.literal_eval(_assignment(ast.parse(text), name).value)
+    if json.dumps(back, sort_keys=True) != json.dumps(value, sort_keys=True):
+        raise RuntimeError(f"rewriting {name} failed: read back {back!r}")
+    return text
+
+
+def point_source(family, point: dict) -> str:
+    """The family's file at `point`, with DISPATCH (if the file has one) emptied."""
+    source = family.source(point) if family.contains({**family.default, **point}) else _outside_space(family, point)
+    if _assignment(ast.parse(source), DISPATCH_NAME) is not None:
+        source = set_literal(source, DISPATCH_NAME, [])
+    return source
+
+
+def _outside_space(family, point: dict) -> str:
+    """A point off the family's listed space (from --space or --points): PARAMS rewritten all the same."""
+    from evoteam.families import apply_params
+
+    return apply_params(family.path.read_text(), point)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate_points(args, family, points: list[dict]) -> dict:
+    from evoteam import hardware
+    from evoteam.bench import _options
+    from evoteam.task import load_task, select_workloads, shape_label
+    from evoteam.worker import EvalRequest, evaluate_isolated
+
+    hw = hardware.resolve(args.hardware)
+    task = load_task(args.task)
+    scale = args.scale or hw.problem_scale
+    workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
+    warmup = args.warmup if args.warmup is not None else (10 if hw.is_gpu else 1)
+    reps = args.reps if args.reps is not None else (100 if hw.is_gpu else 3)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    sweep = {"task": task.name, "family": family.name, "hardware": hw.name, "scale": scale,
+             "baseline": args.baseline, "baseline_options": _options(args.baseline_option),
+             "timing": args.timing if hw.is_gpu else "wallclock", "warmup": warmup, "reps": reps, "seed": seed,
+             "bandwidth_ceiling_tbs": hw.bandwidth_ceiling_tbs,
+             "workloads": {w.uuid: {"label": shape_label(w), "axes": dict(w.axes)} for w in workloads},
+             "points": []}
+    print(f"sweep: {family.name} on {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}: "
+          f"{len(points)} points; baseline {args.baseline} {sweep['baseline_options'] or ''}; "
+          f"timing {sweep['timing']}; seed {seed}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
+        for i, point in enumerate(points):
+            path = Path(tmp) / f"{family.path.stem}_p{i}.py"
+            path.write_text(point_source(family, point))
+            request = EvalRequest(task=task.name, hardware=hw.name, solution=str(path), workloads=[w.uuid for w in workloads],
+                                  scale=scale, trials=args.trials, seed=seed, timing_mode=args.timing,
+                                  baseline=args.baseline, baseline_options=sweep["baseline_options"], warmup=warmup,
+                                  reps=reps, use_baseline_cache=not args.time_baseline,
+                                  profile=args.profile)
+            t0 = time.monotonic()
+            outcome = evaluate_isolated(request, timeout_s=args.timeout)
+            wall = time.monotonic() - t0
+            results = {r.uuid: {"status": r.status, "speedup": r.speedup, "candidate_ms": r.candidate_ms,
+                                "baseline_ms": r.baseline_ms, "baseline": r.baseline, "noise": r.noise,
+                                "bandwidth_tbs": r.bandwidth_tbs, "detail": r.detail[:300] if r.status != "PASSED" else ""}
+                       for r in outcome.results}
+            entry = {"params": point, "results": results, "wall_s": round(wall, 1)}
+            sweep["points"].append(entry)
+            print(point_line(entry, len(workloads)), flush=True)
+            if args.out:  # after every point: a killed sweep keeps what it measured
+                args.out.write_text(json.dumps(sweep, indent=1))
+    return sweep
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def point_summary(entry: dict, n_workloads: int) -> dict:
+    ok = [r["speedup"] for r in entry["results"].values() if r["status"] == "PASSED" and r["speedup"]]
+    passed = sum(r["status"] == "PASSED" for r in entry["results"].values())
+    return {"passed": passed, "timed": len(ok), "geomean": geomean(ok), "worst": min(ok) if ok else None,
+            "complete": passed == n_workloads and len(ok) == n_workloads}
+
+
+def _params_text(params: dict, default: dict | None = None) -> str:
+    shown = {k: v for k, v in params.items() if default is None or default.get(k) != v}
+    return json.dumps(shown, separators=(",", ":")) if shown else "(default)"
+
+
+def point_line(entry: dict, n_workloads: int, default: dict | None = None) -> str:
+    s = point_summary(entry, n_workloads)
+
+    def fmt(v):
+        return "-" if v is None else f"{v:.3f}x"
+
+    failures = sorted({r["status"] for r in entry["results"].values() if r["status"] != "PASSED"})
+    return (f"  {s['passed']}/{n_workloads} passed, geomean {fmt(s['geomean'])}, worst {fmt(s['worst'])}, "
+            f"{entry.get('wall_s', 0):.0f} s{' ' + ','.join(failures) if failures else ''}: "
+            f"{_params_text(entry['params'], default)}")
+
+
+def merge_sweeps(paths: list[Path]) -> dict:
+    sweeps = [json.loads(p.read_text()) for p in paths]
+    merged = dict(sweeps[0])
+    merged["points"] = []
+    merged["workloads"] = {}
+    for s in sweeps:
+        if (s["task"], s["family"]) != (merged["task"], merged["family"]):
+            raise SystemExit(f"cannot merge sweeps of {s['task']}/{s['family']} and {merged['task']}/{merged['family']}")
+        merged["workloads"].update(s["workloads"])
+        merged["points"].extend(s["points"])
+    return merged
+
+
+def neighbours(sweep: dict, axes: list[str], k: int) -> dict[str, list[str]]:
+    """uuid -> itself and up to k workloads on each side along the last axis, among equal other axes."""
+    groups: dict[tuple, list[str]] = {}
+    for uuid, w in sweep["workloads"].items():
+        groups.setdefault(tuple(w["axes"].get(a) for a in axes[:-1]), []).append(uuid)
+    out = {}
+    for members in groups.values():
+        members.sort(key=lambda u: (sweep["workloads"][u]["axes"].get(axes[-1]) or 0, u))
+        for i, uuid in enumerate(members):
+            out[uuid] = members[max(0, i - k): i + k + 1]
+    return out
+
+
+def choose(sweep: dict, axes: list[str], smooth: int) -> dict[str, int | None]:
+    """uuid -> index of the chosen point: the best smoothed score among points that passed there."""
+    near = neighbours(sweep, axes, smooth)
+    chosen: dict[str, int | None] = {}
+    for uuid in sweep["workloads"]:
+        best, best_score = None, 0.0
+        for i, entry in enumerate(sweep["points"]):
+            r = entry["results"].get(uuid)
+            if not r or r["status"] != "PASSED" or not r["speedup"]:
+                continue
+            around = [entry["results"].get(u) for u in near.get(uuid, [uuid])]
+            around = [x["speedup"] for x in around if x and x["status"] == "PASSED" and x["speedup"]]
+            score = geomean(around) or r["speedup"]
+            if score > best_score:
+                best, best_score = i, score
+        chosen[uuid] = best
+    return chosen
+
+
+def analyse(sweep: dict, family, args) -> dict:
+    n = len(sweep["workloads"])
+    points = sweep["points"]
+    if not points:
+        raise SystemExit("the sweep holds no points")
+    axes = args.dispatch_axes.split(",") if args.dispatch_axes else _var_axes(sweep["task"])
+    print(f"\n{len(points)} points over {n} workloads ({sweep['hardware']}, baseline {sweep['baseline']} "
+          f"{sweep.get('baseline_options') or ''}, timing {sweep['timing']}):")
+    for entry in points:
+        print(point_line(entry, n, family.default))
+    complete = [(i, point_summary(e, n)) for i, e in enumerate(points) if point_summary(e, n)["complete"]]
+    best_single = max(complete, key=lambda x: x[1]["geomean"])[0] if complete else None
+    chosen = choose(sweep, axes, args.smooth)
+    print(f"\nbest point per workload (smoothing {args.smooth} neighbour(s) each side along {axes[-1]}):")
+    print(f"  {'workload':8}  {'shape':38} {'best':>7} {'chosen':>7} {'single':>7}  chosen point")
+    picked = []
+    for uuid, w in sorted(sweep["workloads"].items(), key=lambda kv: tuple(kv[1]["axes"].get(a) or 0 for a in axes)):
+        speeds = [(e["results"].get(uuid) or {}).get("speedup") or 0.0 for e in points]
+        i = chosen[uuid]
+        single = speeds[best_single] if best_single is not None else 0.0
+        picked.append(speeds[i] if i is not None else None)
+        print(f"  {uuid[:8]}  {w['label'][:38]:38} {max(speeds):6.3f}x "
+              f"{(speeds[i] if i is not None else 0.0):6.3f}x {single:6.3f}x  "
+              f"{_params_text(points[i]['params'], family.default) if i is not None else 'NONE PASSED'}")
+    if best_single is not None:
+        s = point_summary(points[best_single], n)
+        print(f"\nbest single point: geomean {s['geomean']:.3f}x, worst {s['worst']:.3f}x: "
+              f"{json.dumps(points[best_single]['params'])}")
+    else:
+        print("\nbest single point: none passed every workload")
+    if all(p is not None for p in picked):
+        print(f"per-workload choice: geomean {geomean(picked):.3f}x, worst {min(picked):.3f}x "
+              f"(measured in the sweep itself: optimistic; time the dispatched kernel side by side)")
+    table = [[{a: sweep["workloads"][u]["axes"].get(a) for a in axes}, points[i]["params"]]
+             for u, i in sorted(chosen.items(), key=lambda kv: tuple(sweep["workloads"][kv[0]]["axes"].get(a) or 0
+                                                                         for a in axes)) if i is not None]
+    return {"best_single": points[best_single]["params"] if best_single is not None else None, "dispatch": table}
+
+
+def _var_axes(task_name: str) -> list[str]:
+    from evoteam.task import load_task
+
+    axes = load_task(task_name).definition.axes
+    return [k for k, a in axes.items() if a.type == "var"]
+
+
+def emit_kernel(family, best_single: dict | None, table: list, path: Path) -> None:
+    from evoteam.families import apply_params
+
+    source = family.path.read_text()
+    if best_single:
+        source = apply_params(source, best_single)
+    source = set_literal(source, DISPATCH_NAME, table)
+    path.write_text(source)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from evoteam.families import load_families
+
+    families = {f.name: f for f in load_families(args.task)}
+    if args.family not in families:
+        raise SystemExit(f"task {args.task} has no family {args.family!r}; it has {sorted(families)}")
+    family = families[args.family]
+    if args.merge:
+        sweep = merge_sweeps(args.merge)
+        if args.out:
+            args.out.write_text(json.dumps(sweep, indent=1))
+    else:
+        points = family_points(family, args.space, args.points)
+        index, count = (int(x) for x in args.shard.split("/"))
+        if not 1 <= index <= count:
+            raise SystemExit(f"--shard {args.shard}: want I/N with 1 <= I <= N")
+        points = points[index - 1::count]
+        if args.max_points and len(points) > args.max_points:
+            raise SystemExit(f"{len(points)} points > --max-points {args.max_points}")
+        if args.list:
+            for p in points:
+                print(json.dumps(p))
+            return 0
+        sweep = evaluate_points(args, family, points)
+    result = analyse(sweep, family, args)
+    if args.emit_dispatch:
+        args.emit_dispatch.write_text(json.dumps(result["dispatch"], indent=1) + "\n")
+        print(f"dispatch table ({len(result['dispatch'])} entries) written to {args.emit_dispatch}")
+    if args.emit_kernel:
+        emit_kernel(family, result["best_single"], result["dispatch"], args.emit_kernel)
+        print(f"kernel with PARAMS = best single point and DISPATCH written to {args.emit_kernel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

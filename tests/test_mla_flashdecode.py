@@ -1,0 +1,140 @@
+"""The flashdecode family of the MLA decode task (kernels/mla_decode/flashdecode_triton.py) under the
+Triton interpreter: the checker on the small workloads at several points, pieces and merges at the
+edges (empty requests, one request in many pieces, more requests than one scan step), both merge
+modes, and DISPATCH."""
+
+import os
+
+# The Triton interpreter must be chosen before triton is imported anywhere in the process.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from evoteam.check import check_kernel  # noqa: E402
+from evoteam.families import load_families  # noqa: E402
+from evoteam.task import load_module_from_path, load_task  # noqa: E402
+
+MLA = load_task("mla_decode")
+MLA_SMALL = MLA.scaled_workloads("small")
+
+
+def family():
+    return next(f for f in load_families("mla_decode") if f.name == "flashdecode")
+
+
+def variant(params, tmp_path, tag):
+    path = tmp_path / f"flashdecode_{tag}.py"
+    path.write_text(family().source(params))
+    return load_module_from_path(path, f"flashdecode_{tag}")
+
+
+def pieces(module, kv_indptr, params):
+    """Pieces per request at a point, on this CPU (the interpreter counts as CPU_MULTIPROCESSORS)."""
+    lengths = np.diff(np.asarray(kv_indptr, dtype=np.int64))
+    chunk, programs = module.plan(len(lengths), int(lengths.sum()), module.CPU_MULTIPROCESSORS, params)
+    n = [max(1, -(-int(length) // chunk)) for length in lengths]
+    assert sum(n) <= programs
+    return chunk, n
+
+
+@pytest.mark.parametrize("point", [
+    {},  # the default: the last piece merges
+    {"COMBINE": "launch", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4},
+    {"COMBINE": "last", "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 4, "num_warps": 8},
+], ids=["default", "launch", "last_min8"])
+def test_flashdecode_passes_the_checker(tmp_path, point):
+    fam = family()
+    module = variant(point, tmp_path, "_".join(f"{k}{v}" for k, v in point.items()) or "default")
+    assert module.PARAMS == {**fam.default, **point} and fam.contains(module.PARAMS)
+    counts = [pieces(module, MLA.module.kv_layout(w)[0], module.PARAMS)[1] for w in MLA_SMALL]
+    assert max(max(n) for n in counts) >= 2  # some request is merged from pieces
+    for i, w in enumerate(MLA_SMALL):
+        result = check_kernel(MLA, w, module.run, trials=3, seed=5100 + i, device="cpu")
+        assert result.passed, f"{w.uuid[:8]} at {module.PARAMS}: {result.summary()}"
+        assert result.errors["output"].rel_norm < 2e-3 and result.errors["lse"].rel_norm < 1e-5
+
+
+def edge_inputs(lengths, seed=11, num_pages=900):
+    g = torch.Generator().manual_seed(seed)
+    total = sum(lengths)
+    return {
+        "q_nope": torch.randn(len(lengths), 16, 512, generator=g).to(torch.bfloat16),
+        "q_pe": torch.randn(len(lengths), 16, 64, generator=g).to(torch.bfloat16),
+        "ckv_cache": torch.randn(num_pages, 1, 512, generator=g).to(torch.bfloat16),
+        "kpe_cache": torch.randn(num_pages, 1, 64, generator=g).to(torch.bfloat16),
+        "kv_indptr": torch.tensor(np.concatenate(([0], np.cumsum(lengths))), dtype=torch.int32),
+        "kv_indices": torch.randperm(num_pages, generator=g)[:total].to(torch.int32),
+        "sm_scale": 0.1352337747812271,
+    }
+
+
+def check_against_reference(module, inputs, calls=2):
+    """Run twice (the second call must find the merge counters reset) and compare every request."""
+    lengths = np.diff(inputs["kv_indptr"].numpy())
+    ref = MLA.reference(inputs)
+    for _ in range(calls):
+        output = torch.full((len(lengths), 16, 512), float("nan"), dtype=torch.bfloat16)
+        lse = torch.full((len(lengths), 16), float("nan"))
+        module.run(**inputs, output=output, lse=lse)
+        for b, n in enumerate(lengths):
+            if n == 0:
+                assert torch.all(output[b] == 0) and torch.all(torch.isneginf(lse[b])), b
+            else:
+                assert torch.allclose(lse[b], ref["lse"][b], atol=1e-4, rtol=1e-5), b
+                err = (output[b].double() - ref["output"][b].double()).abs()
+                assert torch.all(err <= 1e-2 + 1e-2 * ref["output"][b].double().abs()), b
+
+
+@pytest.mark.parametrize("combine", ["last", "launch"])
+def test_flashdecode_edges(tmp_path, combine):
+    """Empty requests first, in the middle and last; a request of exactly one chunk, one a token
+    longer, one of many pieces; 70 requests (more than one 64-entry scan step) in the second case."""
+    module = variant({"COMBINE": combine, "MIN_CHUNK_BLOCKS": 2}, tmp_path, combine)
+    lengths = [0, 1, 64, 65, 0, 300, 7, 0]
+    chunk, n = pieces(module, np.concatenate(([0], np.cumsum(lengths))), module.PARAMS)
+    assert chunk == 64 and max(n) >= 4 and n[0] == 1
+    check_against_reference(module, edge_inputs(lengths))
+    many = [int(x) for x in np.random.default_rng(3).integers(0, 12, size=70)]
+    many[0] = many[-1] = 0
+    many[40] = 200
+    chunk, n = pieces(module, np.concatenate(([0], np.cumsum(many))), module.PARAMS)
+    assert len(many) > module.COUNT_B and max(n) >= 3
+    check_against_reference(module, edge_inputs(many, seed=12), calls=1)
+
+
+@pytest.mark.parametrize("length,count", [(400, 7), (700, 11)])
+def test_flashdecode_single_request_in_many_pieces(tmp_path, length, count):
+    """Batch 1 in up to LAST_MAX_PIECES pieces: merged by the last piece; in more: by the merge kernel."""
+    module = variant({"MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4}, tmp_path, f"single{length}")
+    inputs = edge_inputs([length], seed=13)
+    chunk, n = pieces(module, inputs["kv_indptr"].numpy(), module.PARAMS)
+    assert n == [count] and chunk == 64
+    check_against_reference(module, inputs)
+    (plan,) = module._PLANS.values()
+    assert (plan.merge is None) == (count <= module.LAST_MAX_PIECES)
+
+
+def test_flashdecode_dispatch(tmp_path):
+    """DISPATCH entries pick points by shape: the nearest batch size, then the nearest token count."""
+    module = load_module_from_path(family().path, "flashdecode_default")
+    assert module.DISPATCH == [] and module.params_for(16, 1000) == module.PARAMS
+    table = [[{"batch_size": 1, "num_kv_indices": 100}, {"COMBINE": "launch"}],
+             [{"batch_size": 1, "num_kv_indices": 2000}, {"MIN_CHUNK_BLOCKS": 8}],
+             [{"batch_size": 64, "num_kv_indices": 40000}, {"num_warps": 8}]]
+    assert module.params_for(1, 90, table)["COMBINE"] == "launch"
+    assert module.params_for(1, 1500, table)["MIN_CHUNK_BLOCKS"] == 8
+    assert module.params_for(4, 1500, table)["MIN_CHUNK_BLOCKS"] == 8  # log scale: batch 4 is nearer 1 than 64
+    assert module.params_for(32, 9000, table)["num_warps"] == 8
+    assert module.params_for(64, 9000, table) == {**module.PARAMS, "num_warps": 8}
+    # A file with DISPATCH written in runs each shape at its point.
+    source = family().path.read_text().replace("DISPATCH = []", "DISPATCH = " + json.dumps(table), 1)
+    path = tmp_path / "flashdecode_dispatched.py"
+    path.write_text(source)
+    dispatched = load_module_from_path(path, "flashdecode_dispatched")
+    assert dispatched.params_for(1, 100)["COMBINE"] == "launch"
+    result = check_kernel(MLA, MLA_SMALL[1], dispatched.run, trials=3, seed=5200, device="cpu")
+    assert result.passed, result.summary()
