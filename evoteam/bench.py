@@ -42,6 +42,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--traces", type=Path, help="append FlashInfer-Trace lines here")
     p.add_argument("--json", type=Path, help="write the full report here")
     p.add_argument("--label", default=None, help="the candidate's name in the table and traces")
+    p.add_argument("--executor", choices=["local", "docker"], default="local",
+                   help="worker processes here (default), or in the target's container through the Docker API")
+    p.add_argument("--image", help="--executor docker: the image (default: the target's, hardware/<name>.yaml)")
+    p.add_argument("--docker-host", help="--executor docker: the engine's address (default: DOCKER_HOST)")
     return p.parse_args(argv)
 
 
@@ -76,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--task {args.task} is not a known task; allowed: {', '.join(available_tasks())}")
     if args.trials < 3:
         raise UserError(f"--trials {args.trials} is too few; the checker needs at least 3")
-    hw = hardware.resolve(args.hardware)
+    hw = hardware.resolve(args.hardware, remote=args.executor == "docker")
+    workers = None  # local worker processes
+    if args.executor == "docker":
+        from evoteam.container import ContainerWorkers
+
+        workers = ContainerWorkers(hw, args.image or hw.container.image, args.docker_host)
     task = load_task(args.task)
     scale = args.scale or hw.problem_scale
     workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
@@ -104,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         if args.traces:
             append_traces(args.traces, [to_trace(task.definition.name, by_uuid[result.uuid], name, result, hw.name)])
 
-    outcome = evaluate_isolated(request, timeout_s=args.timeout, on_result=progress)
+    outcome = evaluate_isolated(request, timeout_s=args.timeout, on_result=progress, workers=workers)
     print()
     print(report.format_table(outcome.results, labels, name, hw.bandwidth_ceiling_tbs))
     if args.json:
