@@ -125,7 +125,7 @@ def serving():
         raise RuntimeError("podman is not installed (python tests/container_engine.py prepare installs it)")
     SOCKET.parent.mkdir(parents=True, exist_ok=True)
     SOCKET.unlink(missing_ok=True)
-    log_file = open(CACHE_ROOT / "podman-service.log", "a") if CACHE_ROOT.is_dir() else subprocess.DEVNULL
+    log_file = open(CACHE_ROOT / "podman-service.log", "w") if CACHE_ROOT.is_dir() else subprocess.DEVNULL
     proc = subprocess.Popen(["podman", "system", "service", "--time=0", engine_url()], stdout=log_file,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
