@@ -43,6 +43,13 @@ class Family:
     description: str
     space: dict[str, list[Any]] = field(hash=False)
     default: dict[str, Any] = field(hash=False)  # the file's own PARAMS
+    # Hardware names (hardware/*.yaml) the family has been seen correct on; None: no restriction.
+    # A new family that has not yet run on a GPU lists only "cpu", so a GPU team run leaves it out
+    # instead of spending its time limits on a kernel that may hang there.
+    verified_on: tuple[str, ...] | None = None
+
+    def usable_on(self, hardware_name: str) -> bool:
+        return self.verified_on is None or hardware_name in self.verified_on
 
     @property
     def size(self) -> int:
@@ -175,8 +182,8 @@ def load_families(task: Any) -> list[Family]:
     families: list[Family] = []
     for i, entry in enumerate(entries):
         where = f"{path}: families[{i}]"
-        if not isinstance(entry, dict) or set(entry) - {"name", "file", "description", "space"}:
-            raise ValueError(f"{where}: expected keys name, file, description, space")
+        if not isinstance(entry, dict) or set(entry) - {"name", "file", "description", "space", "verified_on"}:
+            raise ValueError(f"{where}: expected keys name, file, description, space (and verified_on)")
         name, file, space = entry.get("name"), entry.get("file"), entry.get("space")
         if not isinstance(name, str) or not name or any(f.name == name for f in families):
             raise ValueError(f"{where}: missing or repeated name {name!r}")
@@ -195,8 +202,13 @@ def load_families(task: Any) -> list[Family]:
                     or not all(isinstance(v, _SCALAR_TYPES) for v in values)
                     or any(_same(a, b) for a, b in itertools.combinations(values, 2))):
                 raise ValueError(f"{where}: space[{key!r}] must be a non-empty list of distinct literals")
+        verified_on = entry.get("verified_on")
+        if verified_on is not None and (not isinstance(verified_on, list)
+                                        or not all(isinstance(v, str) and v for v in verified_on)):
+            raise ValueError(f"{where}: 'verified_on' must be a list of hardware names, e.g. [\"cpu\", \"h200\"]")
         family = Family(name=name, path=kernel, description=str(entry.get("description", "")),
-                        space={k: list(space[k]) for k in default}, default=default)
+                        space={k: list(space[k]) for k in default}, default=default,
+                        verified_on=None if verified_on is None else tuple(verified_on))
         if not family.contains(default):
             raise ValueError(f"{where}: {file}'s PARAMS {default} is not a point of its space {space}")
         families.append(family)

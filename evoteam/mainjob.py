@@ -111,8 +111,13 @@ def run(cfg: DictConfig) -> float | None:
     tracker.start(config_file=run_dir / "config.yaml")  # before any LLM call: autologging traces them
     preset = replace(PRESETS[cfg.team.preset.value](model), stall_evaluations=cfg.team.stall_evaluations)
     supervisor = Supervisor(groups=sorted(set(groups.values())), models=[model], llm_redesign=llm_redesign)
+    families = load_families(task)
+    for f in families:
+        if not f.usable_on(hw.name):
+            print(f"evoteam: family {f.name} left out: verified on {', '.join(f.verified_on)} only, not {hw.name} "
+                  f"(kernels/{task.name}/families.json)", flush=True)
     team_run = TeamRun(run_dir=run_dir, task=task, workloads=workloads, settings=settings, ledger=ledger,
-                       preset=preset, space=SearchSpace(load_families(task)), supervisor=supervisor, seed=seed,
+                       preset=preset, space=SearchSpace([f for f in families if f.usable_on(hw.name)]), supervisor=supervisor, seed=seed,
                        llm_agent_factory=llm_agent_factory, on_turn=tracker.sync, evaluator=evaluator)
     print(f"evoteam: task {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; team "
           f"{cfg.team.preset.value}; llm {model}; budget {mode}: {ledger.token_budget} tokens, "

@@ -12,6 +12,8 @@
 #   mla      the champion vs FlashInfer fa3/auto, plan() cached (events, kernel only) and plan() per
 #            call (wallclock), each timed twice, side by side in the same run (about 5 minutes)
 #   mla_graph  the champion vs FlashInfer, plan cached, timed by graph replay (device time only)
+# SWEEP_TIMEOUT: seconds per workload before a sweep's worker is killed (default 60: a hanging point
+# must not eat the call; on 2026-11-30 the family's first point gave no result within 200 s).
 # The champion is $KERNEL, else kernels/mla_decode/flashdecode_champion.py, else the family's file.
 # Usage from the repository root: bash scripts/gpu_kernel_report.sh OUT_DIR [probe|sweep1|sweep2|sweep|mla|mla_graph ...]
 # Needs flashinfer-python: pip install -e .[cuda], or the wheels of ../shared/device/fetch_wheels.sh in
@@ -38,6 +40,7 @@ echo "champion: $champion"
 bench() { python3 -m evoteam.bench "$@"; }
 sweep() {  # $1: shard, $2: json name, then more sweep_family.py arguments; $SWEEP_ARGS too (e.g. --space)
   python3 scripts/sweep_family.py --task mla_decode --family flashdecode --shard "$1" --reps 30 --warmup 5 \
+    --timeout "${SWEEP_TIMEOUT:-60}" \
     --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached --timing events \
     --dispatch-axes batch_size,num_kv_indices --out "$out/$2" "${@:3}" ${SWEEP_ARGS:-}
 }

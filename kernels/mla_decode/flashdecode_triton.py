@@ -385,7 +385,8 @@ def params_for(batch_size, num_kv_indices, dispatch=None):
 
 class _Launch:
     """One kernel launch of a plan: Triton's normal launch the first time, then (FAST_LAUNCH) the
-    compiled kernel directly with the same positional arguments."""
+    compiled kernel directly with the same positional arguments. Grids are 3-tuples: a compiled
+    kernel's launcher reads grid[0], grid[1] and grid[2] (Triton 3.6 raised IndexError on (n,))."""
 
     __slots__ = ("fn", "grid", "options", "compiled", "fast")
 
@@ -403,7 +404,7 @@ class _Launch:
                 self.compiled[self.grid](*args)
                 self.fast = True
                 return
-            except (TypeError, ValueError, SystemError):
+            except (TypeError, ValueError, IndexError, SystemError):
                 self.compiled, self.fast = None, False
         compiled = self.fn[self.grid](*args, **self.options)
         if self.fast is not False and fast_ok and compiled is not None and hasattr(compiled, "run"):
@@ -428,7 +429,7 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     fast = bool(p["FAST_LAUNCH"]) and not interpreted
     constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=block_h, BLOCK_N=p["BLOCK_N"],
                       SINGLE=pl.single, LAST_MERGES=last, COUNT_B=COUNT_B, INTERPRETED=interpreted)
-    pl.piece = (_Launch(_fd_piece_kernel, (programs,),
+    pl.piece = (_Launch(_fd_piece_kernel, (programs, 1, 1),
                         {"num_warps": p["num_warps"], "num_stages": p["num_stages"]}, fast), constexprs)
     # Some request has several pieces unless the chunk holds the whole batch.
     pl.merge = None
@@ -439,7 +440,7 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
         merge_constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, BLOCK_H=block_h, SINGLE=pl.single,
                                 LSE_S=COMBINE_LSE_S, COMBINE_S=combine_s, COMBINE_D=combine_d, COUNT_B=COUNT_B,
                                 INTERPRETED=interpreted)
-        pl.merge = (_Launch(_fd_merge_kernel, (batch_size, d_ckv // combine_d), {"num_warps": 4}, fast),
+        pl.merge = (_Launch(_fd_merge_kernel, (batch_size, d_ckv // combine_d, 1), {"num_warps": 4}, fast),
                     merge_constexprs)
     return pl
 
