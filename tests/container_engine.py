@@ -3,6 +3,8 @@ CPU worker image (docker/Dockerfile.cpu, target `worker`) built offline.
 
     python tests/container_engine.py prepare     install podman (as root, Debian's package) and build the images
     python tests/container_engine.py serve       the above, then serve the Docker API until interrupted
+    python tests/container_engine.py full        build Dockerfile.cpu's default target (everything) offline
+                                                 and run the main job in it (not part of CI: ~3 minutes cold)
 
 The base image is made with debootstrap (Debian bookworm with its Python 3.11, this project's Python)
 and imported; the worker image installs its Python packages from a wheel folder that `pip download`
@@ -205,12 +207,46 @@ def worker_image() -> str:
          "--target", "worker", "--build-arg", f"BASE={base}", "--build-arg", "PIP_ARGS=--no-index",
          "--build-context", f"wheels={folder}", "-t", name, ".", cwd=REPO, stdout=subprocess.DEVNULL)
     log(f"built {name} in {time.monotonic() - started:.0f} s")
-    # Earlier builds of this checkout share the layers below the package; their tags can go.
-    listed = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPO],
+    _drop_other_tags(IMAGE_REPO, name)
+    return name
+
+
+def _drop_other_tags(repo: str, keep: str) -> None:
+    """Earlier builds of this checkout share the layers below the package; their tags can go."""
+    listed = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", repo],
                             capture_output=True, text=True).stdout.split()
     for old in listed:
-        if old != name:
+        if old != keep:
             subprocess.run(["podman", "rmi", old], capture_output=True)
+
+
+def full_image() -> str:
+    """Dockerfile.cpu's default target (the whole package, its tools and tracking), built offline
+    from wheels that `pip wheel` makes on the host (it builds the few dependencies that PyPI has only
+    as source), then the main job run inside it, without network."""
+    base = base_image()
+    pyproject = (REPO / "pyproject.toml").read_text()
+    folder = CACHE_ROOT / "wheels-full" / _digest(pyproject, TORCH, BUILD_BACKEND)
+    if not (folder / ".complete").is_file():
+        log(f"making wheels of evoteam[dev]'s dependencies in {folder}")
+        folder.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(folder), TORCH,
+                                 BUILD_BACKEND, f"{REPO}[dev]"], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"pip wheel failed: {(result.stdout + result.stderr).strip()[-2000:]}")
+        for own in folder.glob("evoteam-*.whl"):
+            own.unlink()  # the image installs the package from its own copy of the source
+        (folder / ".complete").write_text(pyproject)
+    name = f"localhost/evoteam/cpu-full:{_digest(base, str(folder), _tree_digest(IMAGE_INPUTS))}"
+    if not _image_exists(name):
+        log(f"building {name} (docker/Dockerfile.cpu, default target, offline)")
+        _run("podman", "build", "--pull=never", "--network=none", "--layers", "-f", "docker/Dockerfile.cpu",
+             "--build-arg", f"BASE={base}", "--build-arg", "PIP_ARGS=--no-index", "--build-context",
+             f"wheels={folder}", "-t", name, ".", cwd=REPO, stdout=subprocess.DEVNULL)
+    _drop_other_tags("localhost/evoteam/cpu-full", name)
+    log(f"running the main job in {name}")
+    _run("podman", "run", "--rm", "--network=none", name, "python", "-m", "evoteam", "hardware=cpu",
+         "task.workloads=[00cb2bc2]", "budget.max_evaluations=2", "seed=2", "team=single")
     return name
 
 
@@ -222,10 +258,14 @@ def prepare() -> str:
 
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "prepare"
-    if command not in ("prepare", "serve"):
-        print(__doc__.strip().splitlines()[0] + "\nusage: python tests/container_engine.py prepare|serve",
+    if command not in ("prepare", "serve", "full"):
+        print(__doc__.strip().splitlines()[0] + "\nusage: python tests/container_engine.py prepare|serve|full",
               file=sys.stderr)
         return 2
+    if command == "full":
+        install_podman()
+        log(f"{full_image()} built and ran the main job")
+        return 0
     started = time.monotonic()
     image = prepare()
     log(f"image {image} ready ({time.monotonic() - started:.0f} s)")
