@@ -106,6 +106,7 @@ from evoteam.worker import EvalRequest, evaluate_isolated
 work = Path(sys.argv[1])
 env = {k: v.replace(container.CACHE_DIR, str(work / "cache")) for k, v in container.CACHE_ENV.items()}
 env["HOME"] = str(work / "home")
+(work / "home").mkdir(exist_ok=True)
 task = load_task("mla_decode")
 request = EvalRequest(task="mla_decode", hardware=hardware.resolve("auto").name, solution=str(task.seed_kernel_path),
                       workloads=[task.workloads[0].uuid], baseline="flashinfer", warmup=3, reps=10)
