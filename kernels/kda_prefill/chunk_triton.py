@@ -1,0 +1,586 @@
+"""Chunked KDA prefill for kda_prefill: a parallel intra-chunk pass, then a sequential state pass.
+
+Each sequence is cut into chunks of BT = 64 tokens (the last one of a sequence may be shorter); a
+chunk never crosses a sequence boundary. With S0 the [K, V] state at the chunk's start, G the
+cumulative log-gate inside the chunk (G_t = g_0 + ... + g_t, per key dim, <= 0), q, k L2-normalised
+(q scaled), b = sigmoid(beta_logits), the recurrence of README.md unrolls to
+
+    Akk[t, j] = b_t sum_d k_t[d] k_j[d] exp(G_t[d] - G_j[d])    j < t
+    Aqk[t, j] =     sum_d q_t[d] k_j[d] exp(G_t[d] - G_j[d])    j <= t
+    Tinv = (I + Akk)^-1,  w = Tinv (b k exp(G)),  u = Tinv (b v)
+    U    = u - w S0                          (the delta-rule values b (v - k^T D S) of every token)
+    o    = (q exp(G)) S0 + Aqk U
+    S1   = diag(exp(G_last)) S0 + (k exp(G_last - G))^T U
+
+Launch 1 (intra, grid (chunks, heads, 1), all chunks in parallel): L2 norms, gate, sigmoid(beta),
+cumulative gate, Aqk and Akk on tensor cores, Tinv, and the state-independent operands of the state
+pass: w, u, qg = q exp(G), kd = k exp(G_last - G) (bf16) and exp(G_last) (fp32), into a workspace
+kept per device and shape. The chunk's rows are two blocks of 32 (separate tensors; Triton cannot
+slice registers), so A is three 32x32 blocks (00, 10, 11). exp(G_t - G_j) is split as
+exp(G_t - c) exp(c - G_j), c the middle of the gate range of t's block per key dim: both factors
+stay within half that block's decay (for the 10 block, exp(c1 - G_j) = exp(c1 - c0) exp(c0 - G_j)),
+so the products are exact in fp32 while the chunk decays by at most 2^-240 in every key column. A
+chunk beyond that (extreme gates only) is redone exactly (_intra_exact). Tinv by blocks: the
+diagonal blocks by the exact product (I - A)(I + A^2)(I + A^4)(I + A^8)(I + A^16) (A^32 = 0: no
+sequential substitution), T10 = -T11 A10 T00.
+
+Launch 2 (state, grid (sequences x heads x V/BV)): one program per sequence, head and block of BV
+value columns walks the sequence's chunks with the fp32 state slice [K, BV] in registers:
+U = u - w S, o = qg S + Aqk U (FUSE_O), S = exp(G_last) S + kd^T U. The chunks are sequential, the
+value blocks independent (the delta rule mixes state rows, never columns).
+With FUSE_O = False, launch 2 stores each chunk's starting state (bf16) and U instead of o, and
+launch 3 (grid (chunks, heads, V/BV)) computes o in parallel: the sequential loop then does two
+matrix products per chunk instead of four.
+
+The chunk -> sequence map is computed on the device from cu_seqlens (a prefix sum of the chunk
+counts): no device-to-host copy, no host-side index tensors.
+
+On a GPU the tl.dot operands are bf16 where the *_LOWP switches say so (fp32 accumulation), tf32
+otherwise. Under the Triton interpreter (CPU) every operand is upcast to fp32 (its bf16 tl.dot
+returns garbage) after rounding to bf16 where the GPU would, and bf16 stores round to nearest
+even through the bits (its fp32 -> bf16 cast truncates).
+
+Entry point, destination-passing style: run(q, k, v, g_raw, beta_logits, A_log, dt_bias,
+initial_state, cu_seqlens, scale, bounded_gate, lower_bound, has_initial_state, o, final_state).
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+# Tunable parameters (this family's default point).
+#   BV            value columns of the state per program of the state pass; 0: by the number of
+#                 sequences x heads (16 below 16, 32 below 64, else 64: about a program per SM or more)
+#   num_warps     warps of the state pass (and of the output pass)
+#   num_stages    software pipelining of the state pass's chunk loop (prefetch of the next chunk's
+#                 operands, which do not depend on the state)
+#   FUSE_O        o inside the state pass (True) or in a separate parallel launch (False)
+#   BK            key columns per step of the intra pass
+#   intra_warps   warps of the intra pass
+#   intra_maxnreg register cap of the intra pass (None: the compiler's choice, 255 at 8 warps: one
+#                 program per multiprocessor; 128: two, with some spills)
+PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg": None}
+# Per-shape points ([[axes, params], ...], nearest shape wins; empty: PARAMS everywhere), written by
+# scripts/sweep_family.py --emit-kernel into a copy of this file.
+DISPATCH = []
+
+BT = 64  # chunk length (tokens)
+A_LOWP = True  # bf16 operands for Aqk / Akk (tf32 otherwise)
+INV_LOWP = False  # bf16 operands in the product form of Tinv (tf32 otherwise)
+WU_LOWP = True  # bf16 operands for w = Tinv (...) and u = Tinv (b v)
+
+FAST_LAUNCH = True  # launch the compiled kernels directly after the first call of a shape
+_WORKSPACE = {}
+_PLANS = {}
+
+
+@triton.jit
+def _bf16_rne(x):
+    """fp32 -> bf16 rounded to nearest even through the bits (the interpreter's cast truncates)."""
+    b = x.to(tl.uint32, bitcast=True)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return b.to(tl.float32, bitcast=True).to(tl.bfloat16)
+
+
+@triton.jit
+def _to_bf16(x, INTERP: tl.constexpr):
+    """fp32 -> bf16 for a store (round to nearest even on either path)."""
+    if INTERP:
+        return _bf16_rne(x)
+    else:
+        return x.to(tl.bfloat16)
+
+
+@triton.jit
+def _operand(x, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """A tl.dot operand: bf16 when LOWP (under the interpreter: rounded to bf16, held in fp32),
+    fp32 otherwise (tf32 on the GPU)."""
+    if LOWP:
+        if INTERP:
+            return _bf16_rne(x.to(tl.float32)).to(tl.float32)
+        else:
+            return x.to(tl.bfloat16)
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
+def _gate_block(g_raw, dt_bias, tok, m_t, i_h, o_k, b_a, lower_bound,
+                H, K: tl.constexpr, BOUNDED: tl.constexpr):
+    """Log2 of the decay of every row of the chunk for key columns o_k ([BT, BK] fp32, 0 on masked rows)."""
+    b_bias = tl.load(dt_bias + i_h * K + o_k).to(tl.float32)
+    p = (tok[:, None] * H + i_h) * K + o_k[None, :]
+    b_x = tl.load(g_raw + p, mask=m_t[:, None], other=0.0).to(tl.float32) + b_bias[None, :]
+    if BOUNDED:
+        b_g = (lower_bound * 1.4426950408889634) * tl.sigmoid(b_a * b_x)
+    else:
+        # softplus with torch's threshold: x above 20 passes through
+        b_g = (-b_a * 1.4426950408889634) * tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(tl.minimum(b_x, 20.0))))
+    return tl.where(m_t[:, None], b_g, 0.0)
+
+
+@triton.jit
+def _chunk_of_program(cu_seqlens, i_c, N, NP: tl.constexpr, BT: tl.constexpr):
+    """(sequence, its first token, the chunk's first token, the sequence's end) of global chunk i_c;
+    sequence == N when i_c is past the last chunk."""
+    o_np = tl.arange(0, NP)
+    m_np = o_np < N
+    cu0 = tl.load(cu_seqlens + o_np, mask=m_np, other=0)
+    cu1 = tl.load(cu_seqlens + o_np + 1, mask=m_np, other=0)
+    nch = (cu1 - cu0 + BT - 1) // BT
+    cend = tl.cumsum(nch, 0)
+    i_n = tl.minimum(tl.sum((cend <= i_c).to(tl.int32), 0), N)
+    cstart = tl.sum(tl.where(o_np < i_n, nch, 0), 0)
+    i_ns = tl.minimum(i_n, N - 1)
+    bos = tl.load(cu_seqlens + i_ns).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_ns + 1).to(tl.int64)
+    t0 = bos + (i_c - cstart).to(tl.int64) * BT
+    return i_n, t0, eos
+
+
+@triton.jit
+def _rows(ptr, tok, m, i_h, o_c, H, C: tl.constexpr):
+    """[rows, columns o_c] of a [T, H, C] tensor, fp32, 0 on masked rows."""
+    return tl.load(ptr + (tok[:, None] * H + i_h) * C + o_c[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _inverse_unit_lower(a, BC: tl.constexpr, LOG2_BC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """(I + a)^-1 for a strictly lower triangular [BC, BC] a: the exact product
+    (I - a)(I + a^2)(I + a^4)...(I + a^(BC/2)), since a^BC = 0."""
+    o = tl.arange(0, BC)
+    x = a
+    p = tl.where(o[:, None] == o[None, :], 1.0, 0.0) - a
+    for _ in tl.static_range(LOG2_BC - 1):
+        x = tl.dot(_operand(x, LOWP, INTERP), _operand(x, LOWP, INTERP))
+        p = tl.dot(_operand(p, LOWP, INTERP), _operand(x, LOWP, INTERP), p)
+    return p
+
+
+@triton.jit
+def _diagonal_exact(x, kk, G, acc_x, acc_k, BC: tl.constexpr):
+    """acc_x[i, j] += sum_d x[i, d] kk[j, d] 2^(G[i, d] - G[j, d]), acc_k the same with kk for x,
+    for j <= i, one key j at a time (exact whatever the gate; used only for extreme decays)."""
+    o = tl.arange(0, BC)
+    for j in range(BC):
+        sel = (o == j)[:, None]
+        kj = tl.sum(tl.where(sel, kk, 0.0), 0)
+        Gj = tl.sum(tl.where(sel, G, 0.0), 0)
+        ex = tl.where((o >= j)[:, None], tl.exp2(tl.minimum(G - Gj[None, :], 0.0)), 0.0) * kj[None, :]
+        col = (o == j)[None, :]
+        acc_x += tl.where(col, tl.sum(x * ex, 1)[:, None], 0.0)
+        acc_k += tl.where(col, tl.sum(kk * ex, 1)[:, None], 0.0)
+    return acc_x, acc_k
+
+
+@triton.jit
+def _intra_exact(q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound,
+                 H, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BOUNDED: tl.constexpr,
+                 A_LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """The raw Aqk and Akk blocks of a chunk whose gates decay beyond 2^-240: block 1 x block 0
+    relative to the boundary between the blocks (both factors <= 1), the diagonal blocks exactly,
+    key by key. Slow; only chunks with extreme gates come here."""
+    a00q = tl.zeros([BC, BC], dtype=tl.float32)
+    a10q = tl.zeros([BC, BC], dtype=tl.float32)
+    a11q = tl.zeros([BC, BC], dtype=tl.float32)
+    a00k = tl.zeros([BC, BC], dtype=tl.float32)
+    a10k = tl.zeros([BC, BC], dtype=tl.float32)
+    a11k = tl.zeros([BC, BC], dtype=tl.float32)
+    for kb in tl.static_range(K // BK):
+        o_k = kb * BK + tl.arange(0, BK)
+        q0 = _rows(q, tok0, m0, i_h, o_k, H, K)
+        k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
+        q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
+        k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
+        g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+        g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+        s0 = tl.sum(g0, 0)
+        G0 = tl.cumsum(g0, 0)
+        G1 = tl.cumsum(g1, 0) + s0[None, :]
+        e1 = tl.exp2(G1 - s0[None, :])
+        k0f = tl.trans(_operand(k0 * tl.exp2(s0[None, :] - G0), A_LOWP, INTERP))
+        a10q = tl.dot(_operand(q1 * e1, A_LOWP, INTERP), k0f, a10q)
+        a10k = tl.dot(_operand(k1 * e1, A_LOWP, INTERP), k0f, a10k)
+        a00q, a00k = _diagonal_exact(q0, k0, G0, a00q, a00k, BC)
+        a11q, a11k = _diagonal_exact(q1, k1, G1, a11q, a11k, BC)
+    return a00q, a00k, a10q, a10k, a11q, a11k
+
+
+@triton.jit(do_not_specialize=["T", "N", "NCMAX", "H"])
+def _intra_chunk(
+    q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens,
+    w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws,
+    scale, lower_bound, T, N, NCMAX,
+    H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+    BK: tl.constexpr, BVU: tl.constexpr, NP: tl.constexpr,
+    BOUNDED: tl.constexpr, A_LOWP: tl.constexpr, INV_LOWP: tl.constexpr, WU_LOWP: tl.constexpr,
+    INTERP: tl.constexpr,
+):
+    """One chunk of one head. The chunk's rows are handled as two blocks of BC = BT / 2 rows
+    (block 0: rows 0..BC-1, block 1: rows BC..BT-1), each a tensor of its own."""
+    BC: tl.constexpr = BT // 2
+    LOG2_BC: tl.constexpr = 5 if BC == 32 else (4 if BC == 16 else 6)
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_n, t0, eos = _chunk_of_program(cu_seqlens, i_c, N, NP, BT)
+    if i_n >= N:
+        return
+    L = tl.minimum(eos - t0, BT)
+    o_i = tl.arange(0, BC)
+    m0 = o_i < L
+    m1 = (BC + o_i) < L
+    tok0 = t0 + o_i
+    tok1 = t0 + BC + o_i
+    b_a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
+
+    # ---- Aqk, Akk from the raw q and k (their L2 norms are row factors, applied afterwards).
+    # exp(G_t - G_j) = exp(G_t - c) exp(c - G_j), c = the middle of the gate range of the block
+    # that holds t: both factors stay within half a block's decay; for j in block 0 and t in
+    # block 1, exp(c1 - G_j) = exp(c1 - c0) exp(c0 - G_j) with exp(c1 - c0) <= 1.
+    a00q = tl.zeros([BC, BC], dtype=tl.float32)
+    a10q = tl.zeros([BC, BC], dtype=tl.float32)
+    a11q = tl.zeros([BC, BC], dtype=tl.float32)
+    a00k = tl.zeros([BC, BC], dtype=tl.float32)
+    a10k = tl.zeros([BC, BC], dtype=tl.float32)
+    a11k = tl.zeros([BC, BC], dtype=tl.float32)
+    ssq0 = tl.zeros([BC], dtype=tl.float32)
+    ssq1 = tl.zeros([BC], dtype=tl.float32)
+    ssk0 = tl.zeros([BC], dtype=tl.float32)
+    ssk1 = tl.zeros([BC], dtype=tl.float32)
+    worst = 0.0
+    for kb in tl.static_range(K // BK):
+        o_k = kb * BK + tl.arange(0, BK)
+        q0 = _rows(q, tok0, m0, i_h, o_k, H, K)
+        k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
+        q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
+        k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
+        ssq0 += tl.sum(q0 * q0, 1)
+        ssk0 += tl.sum(k0 * k0, 1)
+        ssq1 += tl.sum(q1 * q1, 1)
+        ssk1 += tl.sum(k1 * k1, 1)
+        g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+        g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+        s0 = tl.sum(g0, 0)
+        G0 = tl.cumsum(g0, 0)
+        G1 = tl.cumsum(g1, 0) + s0[None, :]
+        gl = s0 + tl.sum(g1, 0)  # G at the chunk's last row
+        c0 = 0.5 * s0
+        c1 = 0.5 * (s0 + gl)
+        # The factors below are at most 2^(-gl/2) (and exp(c1 - c0) = 2^(gl/2) at least its inverse):
+        # fine in fp32 while the chunk decays by at most 2^-240 over every key column. Beyond that
+        # (strong gates only) the chunk is redone below; the clamps keep this pass finite.
+        worst = tl.maximum(worst, tl.max(-gl, 0))
+        e0 = tl.exp2(tl.minimum(G0 - c0[None, :], 120.0))
+        e1 = tl.exp2(tl.minimum(G1 - c1[None, :], 120.0))
+        i0 = tl.exp2(tl.minimum(c0[None, :] - G0, 120.0))
+        k0c = tl.trans(_operand(k0 * i0, A_LOWP, INTERP))
+        k0f = tl.trans(_operand(k0 * i0 * tl.exp2(c1 - c0)[None, :], A_LOWP, INTERP))
+        k1c = tl.trans(_operand(k1 * tl.exp2(tl.minimum(c1[None, :] - G1, 120.0)), A_LOWP, INTERP))
+        q1e = _operand(q1 * e1, A_LOWP, INTERP)
+        k1e = _operand(k1 * e1, A_LOWP, INTERP)
+        a00q = tl.dot(_operand(q0 * e0, A_LOWP, INTERP), k0c, a00q)
+        a00k = tl.dot(_operand(k0 * e0, A_LOWP, INTERP), k0c, a00k)
+        a10q = tl.dot(q1e, k0f, a10q)
+        a10k = tl.dot(k1e, k0f, a10k)
+        a11q = tl.dot(q1e, k1c, a11q)
+        a11k = tl.dot(k1e, k1c, a11k)
+    if worst > 240.0:
+        a00q, a00k, a10q, a10k, a11q, a11k = _intra_exact(
+            q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound, H, K, BC, BK, BOUNDED, A_LOWP, INTERP)
+    rq0 = scale / tl.sqrt(ssq0 + 1e-6)
+    rq1 = scale / tl.sqrt(ssq1 + 1e-6)
+    rk0 = 1.0 / tl.sqrt(ssk0 + 1e-6)
+    rk1 = 1.0 / tl.sqrt(ssk1 + 1e-6)
+    beta0 = tl.where(m0, tl.sigmoid(tl.load(beta_logits + tok0 * H + i_h, mask=m0, other=0.0).to(tl.float32)), 0.0)
+    beta1 = tl.where(m1, tl.sigmoid(tl.load(beta_logits + tok1 * H + i_h, mask=m1, other=0.0).to(tl.float32)), 0.0)
+    lower = o_i[:, None] >= o_i[None, :]
+    strict = o_i[:, None] > o_i[None, :]
+    a00q = tl.where(lower, a00q * rq0[:, None] * rk0[None, :], 0.0)
+    a11q = tl.where(lower, a11q * rq1[:, None] * rk1[None, :], 0.0)
+    a10q = a10q * rq1[:, None] * rk0[None, :]
+    a00k = tl.where(strict, a00k * (beta0 * rk0)[:, None] * rk0[None, :], 0.0)
+    a11k = tl.where(strict, a11k * (beta1 * rk1)[:, None] * rk1[None, :], 0.0)
+    a10k = a10k * (beta1 * rk1)[:, None] * rk0[None, :]
+
+    # workspace rows of this head and chunk: [H, T, .] layouts, contiguous per head
+    row0 = i_h.to(tl.int64) * T + tok0
+    row1 = i_h.to(tl.int64) * T + tok1
+    p_a0 = aqk_ws + row0[:, None] * BT + o_i[None, :]
+    p_a1 = aqk_ws + row1[:, None] * BT + o_i[None, :]
+    tl.store(p_a0, _to_bf16(a00q, INTERP), mask=m0[:, None])
+    tl.store(p_a0 + BC, tl.zeros([BC, BC], dtype=tl.bfloat16), mask=m0[:, None])
+    tl.store(p_a1, _to_bf16(a10q, INTERP), mask=m1[:, None])
+    tl.store(p_a1 + BC, _to_bf16(a11q, INTERP), mask=m1[:, None])
+
+    # ---- Tinv = (I + Akk)^-1 by blocks: [[T00, 0], [T10, T11]], T10 = -T11 A10 T00
+    t00 = _inverse_unit_lower(a00k, BC, LOG2_BC, INV_LOWP, INTERP)
+    t11 = _inverse_unit_lower(a11k, BC, LOG2_BC, INV_LOWP, INTERP)
+    t10 = -tl.dot(_operand(tl.dot(_operand(t11, INV_LOWP, INTERP), _operand(a10k, INV_LOWP, INTERP)),
+                           INV_LOWP, INTERP), _operand(t00, INV_LOWP, INTERP))
+    t00 = _operand(t00, WU_LOWP, INTERP)
+    t10 = _operand(t10, WU_LOWP, INTERP)
+    t11 = _operand(t11, WU_LOWP, INTERP)
+
+    # ---- w = Tinv (b k exp(G)), qg = q exp(G), kd = k exp(G_last - G), exp(G_last)
+    for kb in tl.static_range(K // BK):
+        o_k = kb * BK + tl.arange(0, BK)
+        g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+        g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+        s0 = tl.sum(g0, 0)
+        G0 = tl.cumsum(g0, 0)
+        G1 = tl.cumsum(g1, 0) + s0[None, :]
+        gl = s0 + tl.sum(g1, 0)
+        eg0 = tl.exp2(G0)
+        eg1 = tl.exp2(G1)
+        p_ws0 = row0[:, None] * K + o_k[None, :]
+        p_ws1 = row1[:, None] * K + o_k[None, :]
+        q0 = _rows(q, tok0, m0, i_h, o_k, H, K)
+        q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
+        tl.store(qg_ws + p_ws0, _to_bf16(q0 * eg0 * rq0[:, None], INTERP), mask=m0[:, None])
+        tl.store(qg_ws + p_ws1, _to_bf16(q1 * eg1 * rq1[:, None], INTERP), mask=m1[:, None])
+        k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
+        k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
+        kd0 = k0 * rk0[:, None] * tl.exp2(gl[None, :] - G0)
+        kd1 = k1 * rk1[:, None] * tl.exp2(gl[None, :] - G1)
+        tl.store(kd_ws + p_ws0, _to_bf16(kd0, INTERP), mask=m0[:, None])
+        tl.store(kd_ws + p_ws1, _to_bf16(kd1, INTERP), mask=m1[:, None])
+        x0 = _operand(k0 * eg0 * (beta0 * rk0)[:, None], WU_LOWP, INTERP)
+        x1 = _operand(k1 * eg1 * (beta1 * rk1)[:, None], WU_LOWP, INTERP)
+        w0 = tl.dot(t00, x0)
+        w1 = tl.dot(t11, x1, tl.dot(t10, x0))
+        tl.store(w_ws + p_ws0, _to_bf16(w0, INTERP), mask=m0[:, None])
+        tl.store(w_ws + p_ws1, _to_bf16(w1, INTERP), mask=m1[:, None])
+        tl.store(el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K + o_k, tl.exp2(gl))
+    # ---- u = Tinv (b v)
+    for vb in tl.static_range(V // BVU):
+        o_v = vb * BVU + tl.arange(0, BVU)
+        v0 = _operand(_rows(v, tok0, m0, i_h, o_v, H, V) * beta0[:, None], WU_LOWP, INTERP)
+        v1 = _operand(_rows(v, tok1, m1, i_h, o_v, H, V) * beta1[:, None], WU_LOWP, INTERP)
+        u0 = tl.dot(t00, v0)
+        u1 = tl.dot(t11, v1, tl.dot(t10, v0))
+        tl.store(u_ws + row0[:, None] * V + o_v[None, :], _to_bf16(u0, INTERP), mask=m0[:, None])
+        tl.store(u_ws + row1[:, None] * V + o_v[None, :], _to_bf16(u1, INTERP), mask=m1[:, None])
+
+
+@triton.jit(do_not_specialize=["T", "N", "NCMAX", "H"])
+def _state_pass(
+    w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws, h0, cu_seqlens, o, ht, hs_ws, vn_ws,
+    T, N, NCMAX,
+    H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+    NP: tl.constexpr, HAS_H0: tl.constexpr, FUSE_O: tl.constexpr, NUM_STAGES: tl.constexpr,
+    INTERP: tl.constexpr,
+):
+    NV: tl.constexpr = V // BV
+    pid = tl.program_id(0)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // H
+    i_h = i_nh % H
+    o_np = tl.arange(0, NP)
+    m_np = o_np < N
+    cu0 = tl.load(cu_seqlens + o_np, mask=m_np, other=0)
+    cu1 = tl.load(cu_seqlens + o_np + 1, mask=m_np, other=0)
+    coff = tl.sum(tl.where(o_np < i_n, (cu1 - cu0 + BT - 1) // BT, 0), 0)  # chunks of earlier sequences
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    nt = ((eos - bos + BT - 1) // BT).to(tl.int32)
+
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_t = tl.arange(0, BT)
+    p_state = (i_nh.to(tl.int64) * K + o_k[:, None]) * V + o_v[None, :]
+    if HAS_H0:
+        b_s = tl.load(h0 + p_state).to(tl.float32)
+    else:
+        b_s = tl.zeros([K, BV], dtype=tl.float32)
+    head_row = i_h.to(tl.int64) * T
+    for i in tl.range(0, nt, num_stages=NUM_STAGES):
+        t0 = bos + i * BT
+        m_t = (t0 + o_t) < eos
+        row = head_row + t0 + o_t  # [BT]
+        p_kk = row[:, None] * K + o_k[None, :]
+        b_w = _operand(tl.load(w_ws + p_kk, mask=m_t[:, None], other=0.0), True, INTERP)
+        b_kd = _operand(tl.load(kd_ws + p_kk, mask=m_t[:, None], other=0.0), True, INTERP)
+        b_u = tl.load(u_ws + row[:, None] * V + o_v[None, :], mask=m_t[:, None], other=0.0).to(tl.float32)
+        b_el = tl.load(el_ws + (i_h.to(tl.int64) * NCMAX + coff + i) * K + o_k)
+        b_sb = _operand(b_s, True, INTERP)
+        b_un = b_u - tl.dot(b_w, b_sb)  # [BT, BV]
+        b_ub = _operand(b_un, True, INTERP)
+        # the next state first (the loop's critical path), then o from the chunk's starting state
+        b_s = tl.dot(tl.trans(b_kd), b_ub, b_s * b_el[:, None])
+        if FUSE_O:
+            b_qg = _operand(tl.load(qg_ws + p_kk, mask=m_t[:, None], other=0.0), True, INTERP)
+            b_aqk = _operand(tl.load(aqk_ws + row[:, None] * BT + o_t[None, :], mask=m_t[:, None], other=0.0),
+                             True, INTERP)
+            b_o = tl.dot(b_aqk, b_ub, tl.dot(b_qg, b_sb))
+            p_o = ((t0 + o_t)[:, None] * H + i_h) * V + o_v[None, :]
+            tl.store(o + p_o, _to_bf16(b_o, INTERP), mask=m_t[:, None])
+        else:
+            p_hs = ((i_h.to(tl.int64) * NCMAX + coff + i) * K + o_k[:, None]) * V + o_v[None, :]
+            tl.store(hs_ws + p_hs, b_sb.to(tl.bfloat16))
+            tl.store(vn_ws + row[:, None] * V + o_v[None, :], b_ub.to(tl.bfloat16), mask=m_t[:, None])
+    tl.store(ht + p_state, b_s)
+
+
+@triton.jit(do_not_specialize=["T", "N", "NCMAX", "H"])
+def _output_pass(
+    qg_ws, aqk_ws, hs_ws, vn_ws, cu_seqlens, o,
+    T, N, NCMAX,
+    H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+    NP: tl.constexpr, INTERP: tl.constexpr,
+):
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_n, t0, eos = _chunk_of_program(cu_seqlens, i_c, N, NP, BT)
+    if i_n >= N:
+        return
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_t = (t0 + o_t) < eos
+    row = i_h.to(tl.int64) * T + t0 + o_t
+    b_qg = _operand(tl.load(qg_ws + row[:, None] * K + o_k[None, :], mask=m_t[:, None], other=0.0), True, INTERP)
+    b_aqk = _operand(tl.load(aqk_ws + row[:, None] * BT + o_t[None, :], mask=m_t[:, None], other=0.0), True, INTERP)
+    b_un = _operand(tl.load(vn_ws + row[:, None] * V + o_v[None, :], mask=m_t[:, None], other=0.0), True, INTERP)
+    p_hs = ((i_h.to(tl.int64) * NCMAX + i_c) * K + o_k[:, None]) * V + o_v[None, :]
+    b_h = _operand(tl.load(hs_ws + p_hs), True, INTERP)
+    b_o = tl.dot(b_qg, b_h) + tl.dot(b_aqk, b_un)
+    tl.store(o + ((t0 + o_t)[:, None] * H + i_h) * V + o_v[None, :], _to_bf16(b_o, INTERP), mask=m_t[:, None])
+
+
+def _workspace(device, T, H, K, V, ncmax, fuse_o):
+    """Intermediates of one shape, kept across calls (one shape at a time)."""
+    key = (str(device), T, H, K, V, ncmax, fuse_o)
+    ws = _WORKSPACE.get(key)
+    if ws is None:
+        _WORKSPACE.clear()
+        bf16 = torch.bfloat16
+        ws = {
+            "w": torch.empty(H, T, K, device=device, dtype=bf16),
+            "u": torch.empty(H, T, V, device=device, dtype=bf16),
+            "qg": torch.empty(H, T, K, device=device, dtype=bf16),
+            "kd": torch.empty(H, T, K, device=device, dtype=bf16),
+            "aqk": torch.empty(H, T, BT, device=device, dtype=bf16),
+            "el": torch.empty(H, ncmax, K, device=device, dtype=torch.float32),
+        }
+        if not fuse_o:
+            ws["hs"] = torch.empty(H, ncmax, K, V, device=device, dtype=bf16)
+            ws["vn"] = torch.empty(H, T, V, device=device, dtype=bf16)
+        else:
+            ws["hs"] = ws["vn"] = ws["u"]  # not touched
+        _WORKSPACE[key] = ws
+    return ws
+
+
+def params_for(total_seq_len, num_heads, num_seqs, dispatch=None):
+    """The point a call of this shape uses: the DISPATCH entry nearest in (log heads, log sequences,
+    log tokens), merged over PARAMS; PARAMS when DISPATCH is empty."""
+    table = DISPATCH if dispatch is None else dispatch
+    if not table:
+        return dict(PARAMS)
+
+    def distance(entry):
+        axes = entry[0]
+        return tuple(abs(math.log(max(axes.get(name, 1), 1)) - math.log(max(value, 1)))
+                     for name, value in (("num_heads", num_heads), ("num_seqs", num_seqs),
+                                         ("total_seq_len", total_seq_len)))
+
+    return {**PARAMS, **min(table, key=distance)[1]}
+
+
+class _Launch:
+    """One kernel launch: Triton's normal launch the first time, then (FAST_LAUNCH) the compiled
+    kernel directly with the same positional arguments (Triton's argument binding costs tens of
+    microseconds per launch on some versions). Grids are 3-tuples: a compiled kernel's launcher
+    reads grid[0], grid[1] and grid[2] (Triton 3.6 raises IndexError on (n,))."""
+
+    __slots__ = ("fn", "grid", "options", "compiled", "fast")
+
+    def __init__(self, fn, grid, options, fast):
+        self.fn, self.grid, self.options, self.fast = fn, grid, options, None if fast else False
+        self.compiled = None
+
+    def __call__(self, args, fast_ok):
+        if self.compiled is not None and fast_ok:
+            if self.fast is True:
+                self.compiled[self.grid](*args)
+                return
+            try:  # the first direct launch: a Triton whose launcher takes other arguments raises here
+                self.compiled[self.grid](*args)
+                self.fast = True
+                return
+            except (TypeError, ValueError, IndexError, SystemError):
+                self.compiled, self.fast = None, False
+        compiled = self.fn[self.grid](*args, **self.options)
+        if self.fast is not False and fast_ok and compiled is not None and hasattr(compiled, "run"):
+            self.compiled = compiled
+
+
+class _Plan:
+    __slots__ = ("p", "ws", "ncmax", "intra", "state", "out", "consts")
+
+
+def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
+    p = params_for(T, H, N)
+    pl = _Plan()
+    pl.p = p
+    pl.ncmax = T // BT + N  # >= sum over sequences of cdiv(length, BT)
+    pl.ws = _workspace(device, T, H, K, V, pl.ncmax, p["FUSE_O"])
+    fast = FAST_LAUNCH and not interpreted
+    np_ = max(16, triton.next_power_of_2(N))  # one compiled kernel for up to 16 sequences
+    bv = p["BV"] or (16 if N * H < 16 else 32 if N * H < 64 else 64)
+    pl.consts = {
+        "intra": (H, K, V, BT, p["BK"], p["BK"], np_, bool(bounded), A_LOWP, INV_LOWP, WU_LOWP, interpreted),
+        "state": (H, K, V, BT, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted),
+        "out": (H, K, V, BT, bv, np_, interpreted),
+    }
+    intra_options = {"num_warps": p["intra_warps"]}
+    if p["intra_maxnreg"] and not interpreted:
+        intra_options["maxnreg"] = p["intra_maxnreg"]
+    pl.intra = _Launch(_intra_chunk, (pl.ncmax, H, 1), intra_options, fast)
+    pl.state = _Launch(_state_pass, (N * H * (V // bv), 1, 1), {"num_warps": p["num_warps"]}, fast)
+    pl.out = None if p["FUSE_O"] else _Launch(_output_pass, (pl.ncmax, H, V // bv), {"num_warps": p["num_warps"]}, fast)
+    return pl
+
+
+def _contiguous_aligned(tensors):
+    ptrs = 0
+    for t in tensors:
+        if not t.is_contiguous():
+            return False, False
+        ptrs |= t.data_ptr()
+    return True, (ptrs & 15) == 0
+
+
+def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
+        scale, bounded_gate, lower_bound, has_initial_state, o, final_state):
+    T, H, K = q.shape
+    V = v.shape[-1]
+    N = cu_seqlens.numel() - 1
+    assert K == 128 and V == 128, "written for K = V = 128"
+    device = q.device
+    key = (device, T, H, N, bool(bounded_gate), bool(has_initial_state))
+    pl = _PLANS.get(key)
+    if pl is None:
+        interpreted = _INTERPRETER or device.type == "cpu"  # CPU tensors run only under the interpreter
+        _PLANS.clear()  # one shape at a time (a plan holds its workspace)
+        pl = _PLANS[key] = _make_plan(device, T, H, N, K, V, bounded_gate, has_initial_state, interpreted)
+    tensors = (q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens, o, final_state)
+    contiguous, aligned = _contiguous_aligned(tensors)
+    assert contiguous, "the kernels assume contiguous tensors"
+    ws, ncmax = pl.ws, pl.ncmax
+    h0 = initial_state if has_initial_state else final_state  # not read without an initial state
+    pl.intra((q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens,
+              ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"],
+              float(scale), float(lower_bound), T, N, ncmax, *pl.consts["intra"]), aligned)
+    pl.state((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"], h0, cu_seqlens, o, final_state,
+              ws["hs"], ws["vn"], T, N, ncmax, *pl.consts["state"]), aligned)
+    if pl.out is not None:
+        pl.out((ws["qg"], ws["aqk"], ws["hs"], ws["vn"], cu_seqlens, o, T, N, ncmax, *pl.consts["out"]), aligned)
+    return None
+
+
+_INTERPRETER = type(_intra_chunk).__name__ == "InterpretedFunction"

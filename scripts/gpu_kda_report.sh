@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 7's measurements of the KDA prefill kernel family (kernels/kda_prefill/chunk_triton.py) on one
+# NVIDIA GPU (the lent H200), next to fla-core's Triton chunk_kda.
+#   probe    where the time goes (scripts/kda_probe.py): per-launch device time, events, graph replay,
+#            host time, registers/spills of the compiled kernels, errors vs the reference, for a few
+#            points of the family on 7 workloads (PROBE_POINTS: JSON list of PARAMS overrides; about
+#            3-4 minutes, compilation included)
+#   bench1, bench2   the kernel ($KERNEL, default the family's file) vs fla on the first / last 12 of
+#            the 24 workloads, events, side by side (checker on every workload; about 4-5 minutes each,
+#            fla's autotuning on a cold machine included)
+#   bench    all 24 in one call (over 8 minutes on a cold machine: only where the call limit allows)
+#   sweep1 .. sweepN   shard K of ${SWEEP_SHARDS:-4} of the family's space (scripts/sweep_family.py;
+#            fla's times from the baseline cache that bench1/bench2 filled while the machine stays
+#            warm); SWEEP_ARGS adds arguments, e.g. SWEEP_ARGS='--space {"BV":[16,64]}'
+# Usage from the repository root: bash scripts/gpu_kda_report.sh OUT_DIR [probe|bench1|bench2|bench|sweepK ...]
+# Needs fla-core: pip install -e .[cuda], or the wheels of ../shared/device/fetch_wheels.sh in .whl
+# (installed here into /tmp/site). Caches (Triton kernels and fla's autotuning, the harness's baseline
+# times) live under /tmp on the device machine: they last while it stays warm.
+set -uo pipefail
+out=${1:?give an output folder}; shift
+parts=${*:-probe}
+mkdir -p "$out"
+if [ -d .whl ] && ! python3 -c "import fla" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=/tmp/kda-evoteam-cache TRITON_CACHE_AUTOTUNING=1
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kda-triton-cache}
+kernel=${KERNEL:-kernels/kda_prefill/chunk_triton.py}
+default_points='[{}, {"FUSE_O": false}, {"intra_maxnreg": 128}, {"BV": 16}]'
+probe_points=${PROBE_POINTS:-$default_points}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+echo "kernel: $kernel"
+first12="15208288 663e61c0 502a9ea8 76e6b061 e018eb06 81ef577b 1bf9de19 efbdc890 25d16f3d df87a189 1476db7b b9321a1b"
+last12="d8c3b3c2 352f53c5 daa0a7a7 5237e6bd 2198036f 0663b73b 92e4a537 8cfd1d8d 735d7f72 6c261a07 17ae6ae2 c6398207"
+bench() {  # $1: json name, then more evoteam.bench arguments
+  python3 -m evoteam.bench "$kernel" --task kda_prefill --baseline fla --timing events --warmup 3 --reps 20 \
+    --label chunk --json "$out/$1" "${@:2}"
+}
+for part in $parts; do
+  case $part in
+    probe)
+      python3 scripts/kda_probe.py "$kernel" --check \
+        --points "$probe_points" \
+        --json "$out/probe.json" 2>&1 | grep -v Warning | tee "$out/probe.log" ;;
+    bench1) bench bench1.json --workloads $first12 2>&1 | grep -v '^\[' | tee "$out/bench1.log" ;;
+    bench2) bench bench2.json --workloads $last12 2>&1 | grep -v '^\[' | tee "$out/bench2.log" ;;
+    bench) bench bench.json 2>&1 | grep -v '^\[' | tee "$out/bench.log" ;;
+    sweep[1-9])
+      k=${part#sweep}
+      python3 scripts/sweep_family.py --task kda_prefill --family chunk --shard "$k/${SWEEP_SHARDS:-4}" \
+        --reps 20 --warmup 3 --baseline fla --timing events \
+        --dispatch-axes num_heads,num_seqs,total_seq_len --out "$out/$part.json" ${SWEEP_ARGS:-} \
+        2>&1 | tee "$out/$part.log" ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done

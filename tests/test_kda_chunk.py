@@ -1,0 +1,93 @@
+"""The kda_prefill chunk family (kernels/kda_prefill/chunk_triton.py) under the Triton interpreter:
+the checker on the small workloads at two points of the space, extreme gates (the exact fallback of
+the intra-chunk pass), empty sequences and chunk edges against the fp32 reference."""
+
+import os
+
+# The Triton interpreter must be chosen before triton is imported anywhere in the process.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import math  # noqa: E402
+import warnings  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from evoteam.check import check_kernel  # noqa: E402
+from evoteam.families import apply_params, load_families  # noqa: E402
+from evoteam.task import load_module_from_path, load_task  # noqa: E402
+
+KDA = load_task("kda_prefill")
+SMALL = {w.uuid[:8]: w for w in KDA.scaled_workloads("small")}
+
+
+def chunk_variant(tmp_path, point):
+    fam = next(f for f in load_families("kda_prefill") if f.name == "chunk")
+    path = tmp_path / f"chunk_{abs(hash(str(sorted(point.items()))))}.py"
+    path.write_text(apply_params(fam.path.read_text(), point))  # BK 128: off the space, faster here
+    return fam, load_module_from_path(path)
+
+
+@pytest.mark.parametrize("uuid,point", [
+    ("5237e6bd", {}),  # bounded gate, initial state, lengths 96 and 65
+    ("8cfd1d8d", {"BV": 16, "FUSE_O": False, "intra_maxnreg": 128}),  # bounded, 4 sequences, output pass
+])
+def test_chunk_passes_the_checker(tmp_path, uuid, point):
+    fam, module = chunk_variant(tmp_path, point)
+    assert fam.contains(module.PARAMS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = check_kernel(KDA, SMALL[uuid], module.run, trials=3, seed=4400, device="cpu")
+    assert result.passed, result.summary()
+    # bf16 operands on tensor cores, like fla's chunk_kda (5e-3 there): well inside the 1e-2 bounds
+    assert result.errors["o"].rel_norm < 7e-3 and result.errors["final_state"].rel_norm < 7e-3
+
+
+def inputs(lengths, heads, bounded, has_h0, seed, gate_mean=0.0, gate_std=1.0):
+    g = torch.Generator().manual_seed(seed)
+    T, N, K = sum(lengths), len(lengths), 128
+    bf = torch.bfloat16
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    dt = torch.exp(torch.rand(heads, K, generator=g) * (math.log(1e-1) - math.log(1e-3)) + math.log(1e-3))
+    return {
+        "q": randn(T, heads, K).to(bf), "k": randn(T, heads, K).to(bf), "v": randn(T, heads, K).to(bf),
+        "g_raw": (randn(T, heads, K) * gate_std + gate_mean).to(bf), "beta_logits": randn(T, heads).to(bf),
+        "A_log": torch.log(torch.rand(heads, generator=g) * 15 + 1), "dt_bias": dt + torch.log(-torch.expm1(-dt)),
+        "initial_state": randn(N, heads, K, K) * 0.5 if has_h0 else torch.full((N, heads, K, K), float("nan")),
+        "cu_seqlens": torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32),
+        "scale": K ** -0.5, "bounded_gate": bounded, "lower_bound": -5.0, "has_initial_state": has_h0,
+    }
+
+
+def rel_errors(module, inp):
+    T, H, K = inp["q"].shape
+    N = inp["cu_seqlens"].numel() - 1
+    o = torch.full((T, H, K), float("nan"), dtype=torch.bfloat16)
+    final_state = torch.full((N, H, K, K), float("nan"))
+    module.run(**inp, o=o, final_state=final_state)
+    ref = KDA.reference(inp)
+    return tuple(((out.double() - ref[name].double()).norm() / ref[name].double().norm()).item()
+                 for name, out in (("o", o), ("final_state", final_state)))
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+@pytest.mark.parametrize("gate_mean,gate_std", [(20.0, 0.1), (2.0, 3.0)])
+def test_chunk_extreme_gates(tmp_path, bounded, gate_mean, gate_std):
+    """Gates that decay by far more than 2^-240 over a chunk (every token at the bounded gate's
+    lower bound; softplus gates of hundreds): the intra pass redoes such chunks exactly."""
+    _, module = chunk_variant(tmp_path, {"BK": 128})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        err_o, err_s = rel_errors(module, inputs([100, 40], 1, bounded, True, 5, gate_mean, gate_std))
+    assert err_o < 7e-3 and err_s < 7e-3, (err_o, err_s)
+
+
+def test_chunk_empty_sequences_and_chunk_edges(tmp_path):
+    _, module = chunk_variant(tmp_path, {"BK": 128, "BV": 64})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        err_o, err_s = rel_errors(module, inputs([0, 1, 64, 0, 65, 63, 0], 1, False, True, 6))
+    assert err_o < 7e-3 and err_s < 7e-3, (err_o, err_s)
