@@ -20,12 +20,8 @@ set -uo pipefail
 out=${1:?give an output folder}; shift
 parts=${*:-probe}
 mkdir -p "$out"
-if [ -d .whl ] && ! python3 -c "import fla" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
+. "$(dirname "$0")/device_env.sh"
+use_wheels fla || exit 1
 export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=/tmp/kda-evoteam-cache TRITON_CACHE_AUTOTUNING=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kda-triton-cache}
 kernel=${KERNEL:-kernels/kda_prefill/chunk_triton.py}

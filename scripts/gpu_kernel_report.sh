@@ -22,12 +22,8 @@ set -uo pipefail
 out=${1:?give an output folder}; shift
 parts=${*:-mla}
 mkdir -p "$out"
-if [ -d .whl ] && ! python3 -c "import flashinfer" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
+. "$(dirname "$0")/device_env.sh"
+use_wheels flashinfer || exit 1
 export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$out/cache
 family=kernels/mla_decode/flashdecode_triton.py
 champion=${KERNEL:-}

@@ -11,12 +11,8 @@ tasks=${*:-mla_decode kda_prefill}
 # More Hydra overrides for every run, e.g. EXTRA="task.workloads=[15208288,d8c3b3c2]"
 read -r -a extra <<< "${EXTRA:-}"
 mkdir -p "$out"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
+. "$(dirname "$0")/device_env.sh"
+use_wheels || exit 1
 export PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1 EVOTEAM_CACHE_DIR=$out/cache
 for task in $tasks; do
   for team in single fixed4 evolving; do
