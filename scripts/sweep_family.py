@@ -201,7 +201,12 @@ def evaluate_points(args, family, points: list[dict]) -> dict:
                                   reps=reps, use_baseline_cache=not args.time_baseline,
                                   profile=args.profile)
             t0 = time.monotonic()
-            outcome = evaluate_isolated(request, timeout_s=args.timeout)
+
+            def progress(result, t0=t0, i=i):  # one line per workload: a slow or hung point shows where
+                print(f"[point {i + 1}/{len(points)}, {time.monotonic() - t0:.0f} s] {result.uuid[:8]}: {result.status}"
+                      + (f" {result.speedup:.3f}x" if result.speedup else ""), flush=True)
+
+            outcome = evaluate_isolated(request, timeout_s=args.timeout, on_result=progress)
             wall = time.monotonic() - t0
             results = {r.uuid: {"status": r.status, "speedup": r.speedup, "candidate_ms": r.candidate_ms,
                                 "baseline_ms": r.baseline_ms, "baseline": r.baseline, "noise": r.noise,
