@@ -105,6 +105,8 @@ def test_stall_triggers_a_rule_based_redesign_that_records_its_expectation():
     after = failing + [_attempt(20, speedups={"a": 1.2})]
     assert verdict(fix, p2, progress_of(after, {"a": "g1"})).startswith("confirmed")
     assert verdict(new, p, progress_of(flat + [_attempt(30, speedups={"a": 1.0})], {"a": "g1"})).startswith("refuted")
+    # A design that never ran (the budget ended at the redesign) is neither confirmed nor refuted.
+    assert verdict(new, p, p).startswith("untested: no evaluation ran")
 
 
 def test_no_stall_while_improving_and_every_design_tried_once():

@@ -47,6 +47,8 @@ def verdict(spec: TeamSpec, start: Progress, now: Progress) -> str:
     before = "-" if start.best_geomean is None else f"{start.best_geomean:.3f}x"
     after = "-" if now.best_geomean is None else f"{now.best_geomean:.3f}x"
     evaluations = now.evaluations - start.evaluations
+    if evaluations == 0:  # e.g. a redesign made just as the evaluation budget ran out
+        return f"untested: no evaluation ran under this design; best {before} -> {after}"
     expected = spec.expected_effect.lower()
     if "fail" in expected:
         streak_type = start.failure_streak[0]
