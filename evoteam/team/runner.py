@@ -182,6 +182,8 @@ class TeamRun:
         why = stalled(s.spec, progress, team_evaluations)
         if why is None or not s.spec.evolvable:
             return
+        if self.ledger.evaluations >= self.ledger.max_evaluations:
+            return  # no evaluation is left for a new design to use: the run ends with this team
         new_spec, designer = self.supervisor.redesign(s.spec, progress, why, set(s.tried))
         if new_spec is None:
             return  # every design was tried: the current team goes on
