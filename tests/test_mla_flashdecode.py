@@ -13,6 +13,7 @@ import json  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from mla_inputs import assert_matches_reference, mla_inputs  # noqa: E402
 
 from evoteam.check import check_kernel  # noqa: E402
 from evoteam.families import load_families  # noqa: E402
@@ -59,17 +60,7 @@ def test_flashdecode_passes_the_checker(tmp_path, point):
 
 
 def edge_inputs(lengths, seed=11, num_pages=900):
-    g = torch.Generator().manual_seed(seed)
-    total = sum(lengths)
-    return {
-        "q_nope": torch.randn(len(lengths), 16, 512, generator=g).to(torch.bfloat16),
-        "q_pe": torch.randn(len(lengths), 16, 64, generator=g).to(torch.bfloat16),
-        "ckv_cache": torch.randn(num_pages, 1, 512, generator=g).to(torch.bfloat16),
-        "kpe_cache": torch.randn(num_pages, 1, 64, generator=g).to(torch.bfloat16),
-        "kv_indptr": torch.tensor(np.concatenate(([0], np.cumsum(lengths))), dtype=torch.int32),
-        "kv_indices": torch.randperm(num_pages, generator=g)[:total].to(torch.int32),
-        "sm_scale": 0.1352337747812271,
-    }
+    return mla_inputs(lengths, seed, num_pages)
 
 
 def check_against_reference(module, inputs, calls=2):
@@ -80,13 +71,7 @@ def check_against_reference(module, inputs, calls=2):
         output = torch.full((len(lengths), 16, 512), float("nan"), dtype=torch.bfloat16)
         lse = torch.full((len(lengths), 16), float("nan"))
         module.run(**inputs, output=output, lse=lse)
-        for b, n in enumerate(lengths):
-            if n == 0:
-                assert torch.all(output[b] == 0) and torch.all(torch.isneginf(lse[b])), b
-            else:
-                assert torch.allclose(lse[b], ref["lse"][b], atol=1e-4, rtol=1e-5), b
-                err = (output[b].double() - ref["output"][b].double()).abs()
-                assert torch.all(err <= 1e-2 + 1e-2 * ref["output"][b].double().abs()), b
+        assert_matches_reference(ref, lengths, output, lse)
 
 
 @pytest.mark.parametrize("combine", ["last", "launch"])

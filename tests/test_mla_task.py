@@ -12,10 +12,10 @@ from collections import Counter  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from mla_inputs import SM_SCALE, mla_inputs  # noqa: E402
 
 from evoteam.task import Tolerance, load_task  # noqa: E402
 
-SM_SCALE = 0.1352337747812271
 FULL_NUM_PAGES = 989_669
 
 # sha256 of kv_indptr ('<i4' bytes) followed by kv_indices ('<i4' bytes), as synthesized: pins
@@ -279,18 +279,8 @@ def test_seed_kernel_small_workloads(task, seed):
 
 
 def test_seed_kernel_empty_and_uneven_requests(task, seed):
-    g = torch.Generator("cpu").manual_seed(7)
     lengths = [0, 1, 33, 0, 64, 95]  # empty, one token, block edges (BLOCK_N = 32)
-    num_pages = 512
-    inputs = {
-        "q_nope": torch.randn(len(lengths), 16, 512, generator=g).to(torch.bfloat16),
-        "q_pe": torch.randn(len(lengths), 16, 64, generator=g).to(torch.bfloat16),
-        "ckv_cache": torch.randn(num_pages, 1, 512, generator=g).to(torch.bfloat16),
-        "kpe_cache": torch.randn(num_pages, 1, 64, generator=g).to(torch.bfloat16),
-        "kv_indptr": torch.tensor(np.concatenate(([0], np.cumsum(lengths))), dtype=torch.int32),
-        "kv_indices": torch.randperm(num_pages, generator=g)[: sum(lengths)].to(torch.int32),
-        "sm_scale": SM_SCALE,
-    }
+    inputs = mla_inputs(lengths, seed=7, num_pages=512)
     outputs, _ = run_seed_and_check(task, seed, inputs)
     for b, n in enumerate(lengths):
         if n == 0:
