@@ -39,7 +39,7 @@ bench() {  # $1: json name, then more evoteam.bench arguments
 for part in $parts; do
   case $part in
     probe)
-      python3 scripts/kda_probe.py "$kernel" --check \
+      python3 scripts/kda_probe.py "$kernel" --check --deadline ${PROBE_DEADLINE:-300} \
         --points "$probe_points" \
         --json "$out/probe.json" 2>&1 | grep -v Warning | tee "$out/probe.log" ;;
     bench1) bench bench1.json --workloads $first12 2>&1 | grep -v '^\[' | tee "$out/bench1.log" ;;

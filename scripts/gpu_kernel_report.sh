@@ -24,7 +24,8 @@ parts=${*:-mla}
 mkdir -p "$out"
 . "$(dirname "$0")/device_env.sh"
 use_wheels flashinfer || exit 1
-export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$out/cache
+# baseline times cached outside OUT_DIR (the device tool returns few files); they last while the machine is warm
+export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=${EVOTEAM_CACHE_DIR:-/tmp/mla-evoteam-cache}
 family=kernels/mla_decode/flashdecode_triton.py
 champion=${KERNEL:-}
 if [ -z "$champion" ]; then
@@ -45,7 +46,7 @@ for part in $parts; do
     probe)
       kernels=$family
       [ "$champion" != "$family" ] && kernels="$family $champion"
-      python3 scripts/mla_probe.py $kernels --json "$out/probe.json" 2>&1 | tee "$out/probe.log" ;;
+      python3 scripts/mla_probe.py $kernels --deadline ${PROBE_DEADLINE:-240} --json "$out/probe.json" 2>&1 | tee "$out/probe.log" ;;
     sweep[1-9])  # shard K of ${SWEEP_SHARDS:-2}
       k=${part#sweep}
       sweep "$k/${SWEEP_SHARDS:-2}" "$part.json" 2>&1 | tee "$out/$part.log" ;;

@@ -61,7 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fla", action="store_true", help="time fla's chunk_kda too (first call per shape autotunes)")
     p.add_argument("--check", action="store_true", help="errors against the fp32 reference (slow on long sequences)")
     p.add_argument("--json", type=Path)
+    p.add_argument("--deadline", type=float, default=0,
+                   help="seconds after which every thread's stack is printed and the probe exits (a hung kernel)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.deadline > 0:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.deadline, exit=True)
 
     import torch
 

@@ -36,7 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", nargs="*", default=DEFAULT_WORKLOADS)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--json", type=Path)
+    p.add_argument("--deadline", type=float, default=0,
+                   help="seconds after which every thread's stack is printed and the probe exits (a hung kernel)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.deadline > 0:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.deadline, exit=True)
 
     import torch
 
@@ -86,10 +92,14 @@ def main(argv: list[str] | None = None) -> int:
             outs["flashinfer"] = {"output": torch.empty(shapes["output"], dtype=torch.bfloat16, device=device),
                                   "lse": torch.empty(shapes["lse"], dtype=torch.float32, device=device)}
             callables["flashinfer"] = (lambda i, o=outs["flashinfer"], f=run_fi, inp=inputs: f(**inp, **o))
-        for fn in callables.values():  # compile, plan, warm
-            for _ in range(3):
+        for name, fn in callables.items():  # compile, plan, warm; the first call alone, so a hang shows where
+            t0 = time.perf_counter()
+            fn(0)
+            torch.cuda.synchronize()
+            print(f"{w.uuid[:8]} {name}: first call {time.perf_counter() - t0:.1f} s", flush=True)
+            for _ in range(2):
                 fn(0)
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
         ref = task.reference(inputs)
         for name, fn in callables.items():
             host = []

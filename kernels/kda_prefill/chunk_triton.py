@@ -493,30 +493,40 @@ def params_for(total_seq_len, num_heads, num_seqs, dispatch=None):
 
 class _Launch:
     """One kernel launch: Triton's normal launch the first time, then (FAST_LAUNCH) the compiled
-    kernel directly with the same positional arguments (Triton's argument binding costs tens of
-    microseconds per launch on some versions). Grids are 3-tuples: a compiled kernel's launcher
-    reads grid[0], grid[1] and grid[2] (Triton 3.6 raises IndexError on (n,))."""
+    kernel's C launcher directly with the same positional arguments, the current stream and no launch
+    hooks: Triton's argument binding costs tens of microseconds per launch on some versions, and
+    CompiledKernel[grid] (3.6 to 3.9) builds a launch-metadata dict on every call because its hook
+    chain is never None. Grids are 3-tuples (the launcher reads grid[0], grid[1] and grid[2])."""
 
-    __slots__ = ("fn", "grid", "options", "compiled", "fast")
+    __slots__ = ("fn", "grid", "options", "compiled", "fast", "device")
 
     def __init__(self, fn, grid, options, fast):
+        # fast: None (direct launches not yet tried), True (they work), False (off or failed)
         self.fn, self.grid, self.options, self.fast = fn, grid, options, None if fast else False
-        self.compiled = None
+        self.compiled, self.device = None, 0
 
     def __call__(self, args, fast_ok):
-        if self.compiled is not None and fast_ok:
+        c = self.compiled
+        if c is not None and fast_ok:
             if self.fast is True:
-                self.compiled[self.grid](*args)
+                c.run(self.grid[0], self.grid[1], self.grid[2], _current_stream(self.device), c.function,
+                      c.packed_metadata, None, None, None, *args)
                 return
             try:  # the first direct launch: a Triton whose launcher takes other arguments raises here
-                self.compiled[self.grid](*args)
+                c.run(self.grid[0], self.grid[1], self.grid[2], _current_stream(self.device), c.function,
+                      c.packed_metadata, None, None, None, *args)
                 self.fast = True
                 return
-            except (TypeError, ValueError, IndexError, SystemError):
+            except (TypeError, ValueError, IndexError, SystemError, AttributeError):
                 self.compiled, self.fast = None, False
         compiled = self.fn[self.grid](*args, **self.options)
         if self.fast is not False and fast_ok and compiled is not None and hasattr(compiled, "run"):
             self.compiled = compiled
+            self.device = torch.cuda.current_device()
+
+
+def _current_stream(device_index):
+    return torch._C._cuda_getCurrentRawStream(device_index)
 
 
 class _Plan:
