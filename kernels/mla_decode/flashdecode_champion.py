@@ -1,0 +1,549 @@
+"""Split-KV flash decoding for mla_paged_decode_h16_ckv512_kpe64_ps1, pieces cut per request,
+merged by the last piece to finish (one launch) or by a second launch.
+
+Work split. Every request is cut into pieces of at most CHUNK tokens (an empty request is one
+empty piece), so no program ever crosses a request boundary: one program per piece runs ONE
+software-pipelined loop over its tokens, with the request's queries loaded once. The pieces are
+numbered request after request; a program finds its piece with one vector scan of kv_indptr (for
+batch 1 it needs none: kv_indptr is [0, num_kv_indices] by the definition's constraints, so the
+index loads start at once). The grid is cdiv(num_kv_indices, CHUNK) + batch_size programs, an
+upper bound on the pieces that the host knows from tensor shapes alone (no device-to-host copy);
+programs past the last piece exit at once.
+
+CHUNK = max(MIN_CHUNK_BLOCKS * BLOCK_N, cdiv(num_kv_indices, T)), rounded up to a multiple of
+BLOCK_N, with T = PROGRAMS_PER_SM * multiprocessors (less batch_size / 2 for batches, whose
+requests' last pieces are half a chunk on average): short batches get pieces of at least
+MIN_CHUNK_BLOCKS loop steps (fewer pieces to merge), big ones about PROGRAMS_PER_SM programs per
+multiprocessor. With num_stages 5 Triton (3.6 to 3.9, sm_90) double-buffers the KV blocks (two
+pipeline stages per level of indirection: the page numbers, then the rows); 3 gives one buffer.
+
+A program's loop: BLOCK_N page numbers from kv_indices, the BLOCK_N rows of ckv (1024 B) and kpe
+(128 B) they name, logits of all 16 heads (tl.dot, bf16 operands, fp32 accumulate), an online
+softmax in base 2 (logits scaled by sm_scale * log2(e)), and P @ ckv (probabilities cast to bf16,
+as flash attention does). Each KV row is read once, for all heads. num_stages > 1 lets Triton's
+pipeliner keep the index loads and the next KV block in flight while the current one is used.
+
+A request in one piece is finished on the spot (bf16 output, lse). A piece of a longer request
+leaves its normalised output (fp32) and base-2 lse in a workspace slot (its program id), then:
+  COMBINE "last":   a ticket from an atomic counter per request (acq_rel, after a CTA barrier);
+                    the program that draws the last ticket merges the request's pieces (its own from
+                    registers, the others' read past L1) and resets the counter to 0 for the next call.
+                    One launch in all. (Batch 1 in more than LAST_MAX_PIECES pieces: as "launch".)
+  COMBINE "launch": a second kernel, grid (batch, column blocks), merges each request's pieces:
+                    lse = M + log2(sum_s 2^(lse_s - M)), output = sum_s 2^(lse_s - lse) * out_s.
+                    Not launched when every request is one piece (known from the shapes).
+
+Host path: the timed call must be launches only. run() keeps one plan per (device, batch_size,
+num_kv_indices): parameters (from DISPATCH or PARAMS), CHUNK, grids, workspace views; after the
+first call of a plan it launches the compiled kernels directly (their C launchers, no hooks),
+skipping Triton's argument binding and specialisation, which costs tens of microseconds per
+launch on some Triton versions. The fast path is taken only for contiguous tensors with 16-byte
+aligned data (what the compiled kernel was specialised for); anything else takes Triton's normal
+launch. The integer arguments are not specialised (do_not_specialize), so one compiled kernel
+serves every batch.
+
+Under the Triton interpreter (CPU) the tl.dot operands are upcast to fp32 (its bf16 tl.dot returns
+garbage) and bf16 stores round to nearest even through the bits (its fp32 -> bf16 cast truncates).
+
+A kernel family (kernels/mla_decode/families.json): the tunable parameters live in PARAMS; every
+point of the family's space gives a correct kernel. DISPATCH (empty in the family's file) maps
+workload shapes to points: scripts/sweep_family.py writes it into a copy of this file.
+
+Entry point, destination-passing style:
+    run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse) -> None
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+# Tunable parameters (this family's default point).
+#   BLOCK_N           KV tokens per loop step
+#   MIN_CHUNK_BLOCKS  the fewest loop steps a piece is given (CHUNK >= MIN_CHUNK_BLOCKS * BLOCK_N)
+#   PROGRAMS_PER_SM   programs per multiprocessor that big batches are cut into
+#   COMBINE           "last": the last piece of a request merges it (one launch); "launch": a merge kernel
+#   FAST_LAUNCH       launch compiled kernels directly after the first call of a shape
+#   num_warps, num_stages   the main kernel's launch options
+PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}
+
+# Points of the family's space by workload shape, written by scripts/sweep_family.py:
+#   [[{"batch_size": B, "num_kv_indices": N, ...}, {params}], ...]
+# A call takes the entry of the nearest batch size, then the nearest token count (both on a log
+# scale); its params are merged over PARAMS. Empty: PARAMS for every shape.
+DISPATCH = [
+    [{"batch_size": 1, "num_kv_indices": 8}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 4, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 308}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 508}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 608}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 808}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 1008}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 1108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 1208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 1908}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 2408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 2708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 457}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 1857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 2757}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 3557}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 4357}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 5057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 5857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 6657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 7257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 8057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 8857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 9657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 10857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 12857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 14857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 17257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 9945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 16345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 22745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 4, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 27545}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 30745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 33945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 37145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 40345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 44845}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 48045}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 51245}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 54445}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 57645}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 62345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 68745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 64, "num_kv_indices": 75145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+]
+
+LOG2E = 1.0 / math.log(2.0)
+COMBINE_LSE_S = 64  # piece lse values (per head) read per step of the merge kernel's first pass
+COMBINE_TILE = 2048  # elements of the merge kernel's [pieces, heads, columns] tile on a GPU
+COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its piece
+CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for PROGRAMS_PER_SM
+LAST_MAX_PIECES = 8  # batch 1 cut into more pieces than this merges in a merge kernel even at COMBINE "last"
+
+_MULTIPROCESSORS = {}
+_WORKSPACE = {}
+_PLANS = {}
+
+
+@triton.jit
+def _bf16_rne(x):
+    """fp32 -> bf16 rounded to nearest even through the bits (the interpreter's cast truncates)."""
+    b = x.to(tl.uint32, bitcast=True)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return b.to(tl.float32, bitcast=True).to(tl.bfloat16)
+
+
+@triton.jit
+def _pieces_before(kv_indptr_ptr, batch_size, chunk, pid, COUNT_B: tl.constexpr):
+    """(b, first, total): request b holds piece `pid`, its pieces are programs first .. first + n_b - 1,
+    and the batch has `total` pieces (request i has max(1, cdiv(len_i, chunk)) pieces)."""
+    b = 0
+    first = 0
+    total = 0
+    for i in range(0, batch_size, COUNT_B):
+        offs = i + tl.arange(0, COUNT_B)
+        valid = offs < batch_size
+        starts = tl.load(kv_indptr_ptr + offs, mask=valid, other=0)
+        ends = tl.load(kv_indptr_ptr + offs + 1, mask=valid, other=0)
+        n = tl.where(valid, tl.maximum((ends - starts + chunk - 1) // chunk, 1), 0)
+        cum = total + tl.cumsum(n, axis=0)  # inclusive: pieces up to and including request offs
+        before = valid & (cum <= pid)
+        b += tl.sum(before.to(tl.int32), axis=0)
+        first += tl.sum(tl.where(before, n, 0), axis=0)
+        total += tl.sum(n, axis=0)
+    return b, first, total
+
+
+# Integer arguments that change from call to call are not specialised (== 1, multiple of 16): one
+# compiled kernel serves every shape, which the direct launches rely on.
+@triton.jit(do_not_specialize=["batch_size", "total_tokens", "chunk"])
+def _fd_piece_kernel(
+    q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
+    part_o_ptr, part_lse_ptr, counter_ptr,
+    qk_scale,  # sm_scale * log2(e)
+    batch_size, total_tokens, chunk,
+    NUM_HEADS: tl.constexpr,  # tensors are contiguous: q_nope [B, H, D_CKV], q_pe [B, H, D_KPE],
+    D_CKV: tl.constexpr,  # ckv [pages, 1, D_CKV], kpe [pages, 1, D_KPE], output [B, H, D_CKV],
+    D_KPE: tl.constexpr,  # lse [B, H]; part_o [slots, H, D_CKV], part_lse [slots, H]
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SINGLE: tl.constexpr,  # batch_size == 1: the request is [0, total_tokens)
+    LAST_MERGES: tl.constexpr,  # COMBINE == "last"
+    COUNT_B: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if SINGLE:
+        zero = pid * 0
+        b = zero
+        first = zero
+        n_pieces = tl.maximum((total_tokens + chunk - 1) // chunk, 1)
+        all_pieces = n_pieces
+        start = zero
+        end = zero + total_tokens
+    else:
+        b, first, all_pieces = _pieces_before(kv_indptr_ptr, batch_size, chunk, pid, COUNT_B)
+        b_safe = tl.minimum(b, batch_size - 1)  # idle programs (pid >= all_pieces) read a real entry
+        start = tl.load(kv_indptr_ptr + b_safe)
+        end = tl.load(kv_indptr_ptr + b_safe + 1)
+        n_pieces = tl.maximum((end - start + chunk - 1) // chunk, 1)
+    if pid < all_pieces:
+        lo = start + (pid - first) * chunk
+        hi = tl.minimum(lo + chunk, end)
+
+        offs_h = tl.arange(0, BLOCK_H)
+        mask_h = offs_h < NUM_HEADS
+        offs_c = tl.arange(0, D_CKV)
+        offs_p = tl.arange(0, D_KPE)
+        offs_n = tl.arange(0, BLOCK_N)
+        b64 = b.to(tl.int64)
+
+        qn = tl.load(q_nope_ptr + b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :],
+                     mask=mask_h[:, None], other=0.0)  # [BLOCK_H, D_CKV]
+        qp = tl.load(q_pe_ptr + b64 * (NUM_HEADS * D_KPE) + offs_h[:, None] * D_KPE + offs_p[None, :],
+                     mask=mask_h[:, None], other=0.0)  # [BLOCK_H, D_KPE]
+        if INTERPRETED:
+            qn = qn.to(tl.float32)
+            qp = qp.to(tl.float32)
+
+        m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_H, D_CKV], dtype=tl.float32)
+        for n0 in range(lo, hi, BLOCK_N):
+            tok = n0 + offs_n
+            mask_n = tok < hi
+            page = tl.load(kv_indices_ptr + tok, mask=mask_n, other=0).to(tl.int64)
+            kc = tl.load(ckv_ptr + page[:, None] * D_CKV + offs_c[None, :], mask=mask_n[:, None],
+                         other=0.0)  # [BLOCK_N, D_CKV]
+            kp = tl.load(kpe_ptr + page[:, None] * D_KPE + offs_p[None, :], mask=mask_n[:, None],
+                         other=0.0)  # [BLOCK_N, D_KPE]
+            if INTERPRETED:
+                kc = kc.to(tl.float32)
+                kp = kp.to(tl.float32)
+            s = tl.dot(qn, tl.trans(kc)) + tl.dot(qp, tl.trans(kp))  # [BLOCK_H, BLOCK_N], fp32
+            s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
+            # Every block holds at least one valid token, so m_new is finite and nothing turns NaN.
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(kc.dtype), kc)
+            m_i = m_new
+
+        nonempty = l_i > 0.0
+        l_safe = tl.where(nonempty, l_i, 1.0)
+        o = acc / l_safe[:, None]  # 0 for an empty request
+        piece_lse = tl.where(nonempty, m_i + tl.log2(l_safe), float("-inf"))
+        out_offs = b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :]
+        if n_pieces == 1:  # the whole request (or an empty one): final result
+            if INTERPRETED:
+                o_out = _bf16_rne(o)
+            else:
+                o_out = o.to(out_ptr.dtype.element_ty)
+            tl.store(out_ptr + out_offs, o_out, mask=mask_h[:, None])
+            tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, piece_lse, mask=mask_h)
+        else:  # one piece of a longer request: workspace slot pid (every piece is non-empty)
+            slot = pid.to(tl.int64)
+            tl.store(part_o_ptr + slot * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :], o,
+                     mask=mask_h[:, None])
+            tl.store(part_lse_ptr + slot * NUM_HEADS + offs_h, piece_lse, mask=mask_h)
+            if LAST_MERGES:
+                # Every thread's stores above come before the ticket (barrier, then a release by the
+                # atomic); the last ticket's acquire orders the reads of the other pieces after it.
+                tl.debug_barrier()
+                ticket = tl.atomic_add(counter_ptr + b, 1, sem="acq_rel")
+                if ticket == n_pieces - 1:
+                    m = piece_lse
+                    l_sum = tl.full([BLOCK_H], 1.0, dtype=tl.float32)
+                    acc = o
+                    zero64 = tl.zeros([BLOCK_H], dtype=tl.int64)
+                    for s_idx in range(first, first + n_pieces):
+                        s64 = zero64 + s_idx  # [BLOCK_H], all s_idx
+                        keep = mask_h & (s64 != slot)  # the program's own piece is in registers
+                        lse_s = tl.load(part_lse_ptr + s64 * NUM_HEADS + offs_h, mask=keep,
+                                        other=float("-inf"), cache_modifier=".cg")
+                        o_s = tl.load(part_o_ptr + s64[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
+                                      + offs_c[None, :], mask=keep[:, None], other=0.0, cache_modifier=".cg")
+                        m_new = tl.maximum(m, lse_s)
+                        m_new = tl.where(mask_h, m_new, 0.0)  # padded heads: keep everything finite
+                        alpha = tl.exp2(m - m_new)
+                        w = tl.exp2(lse_s - m_new)
+                        acc = acc * alpha[:, None] + o_s * w[:, None]
+                        l_sum = l_sum * alpha + w
+                        m = m_new
+                    if INTERPRETED:
+                        o_out = _bf16_rne(acc / l_sum[:, None])
+                    else:
+                        o_out = (acc / l_sum[:, None]).to(out_ptr.dtype.element_ty)
+                    tl.store(out_ptr + out_offs, o_out, mask=mask_h[:, None])
+                    tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
+                    tl.atomic_xchg(counter_ptr + b, 0)  # ready for the next call
+
+
+@triton.jit(do_not_specialize=["batch_size", "total_tokens", "chunk"])
+def _fd_merge_kernel(
+    kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+    batch_size, total_tokens, chunk,
+    NUM_HEADS: tl.constexpr,
+    D_CKV: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    SINGLE: tl.constexpr,
+    LSE_S: tl.constexpr,
+    COMBINE_S: tl.constexpr,
+    COMBINE_D: tl.constexpr,
+    COUNT_B: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+):
+    b = tl.program_id(0)
+    d_blk = tl.program_id(1)
+    if SINGLE:
+        first = 0
+        n_pieces = tl.maximum((total_tokens + chunk - 1) // chunk, 1)
+    else:
+        # Pieces of the requests before b, the same count as the piece kernel's.
+        first = 0
+        for i in range(0, b, COUNT_B):
+            offs = i + tl.arange(0, COUNT_B)
+            valid = offs < b
+            starts = tl.load(kv_indptr_ptr + offs, mask=valid, other=0)
+            ends = tl.load(kv_indptr_ptr + offs + 1, mask=valid, other=0)
+            first += tl.sum(tl.where(valid, tl.maximum((ends - starts + chunk - 1) // chunk, 1), 0), axis=0)
+        start = tl.load(kv_indptr_ptr + b)
+        end = tl.load(kv_indptr_ptr + b + 1)
+        n_pieces = tl.maximum((end - start + chunk - 1) // chunk, 1)
+    if n_pieces > 1:  # a request cut into pieces: merge them
+        last = first + n_pieces - 1  # inclusive
+        offs_h = tl.arange(0, BLOCK_H)
+        mask_h = offs_h < NUM_HEADS
+        # Pass 1, over the pieces' lse only: per head m = max lse_s, l = sum 2^(lse_s - m) (online).
+        offs_sl = tl.arange(0, LSE_S)
+        m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+        l_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
+        for s0 in range(first, last + 1, LSE_S):
+            slot = (s0 + offs_sl).to(tl.int64)
+            valid = (slot <= last)[:, None] & mask_h[None, :]
+            piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
+                                other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(piece_lse, axis=0))
+            m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first step has a piece)
+            l_sum = l_sum * tl.exp2(m - m_new) + tl.sum(tl.exp2(piece_lse - m_new[None, :]), axis=0)
+            m = m_new
+        l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
+        # Pass 2: output = sum_s 2^(lse_s - m) / l * out_s, COMBINE_D columns of all heads.
+        offs_s = tl.arange(0, COMBINE_S)
+        offs_d = d_blk * COMBINE_D + tl.arange(0, COMBINE_D)
+        acc = tl.zeros([BLOCK_H, COMBINE_D], dtype=tl.float32)
+        for s0 in range(first, last + 1, COMBINE_S):
+            slot = (s0 + offs_s).to(tl.int64)
+            valid = (slot <= last)[:, None] & mask_h[None, :]
+            piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
+                                other=float("-inf"))
+            w = tl.exp2(piece_lse - m[None, :]) / l_sum[None, :]  # [COMBINE_S, BLOCK_H], 0 where masked
+            o = tl.load(part_o_ptr + slot[:, None, None] * (NUM_HEADS * D_CKV) + offs_h[None, :, None] * D_CKV
+                        + offs_d[None, None, :], mask=valid[:, :, None], other=0.0)  # [S, H, D]
+            acc += tl.sum(w[:, :, None] * o, axis=0)
+        if INTERPRETED:
+            o_out = _bf16_rne(acc)
+        else:
+            o_out = acc.to(out_ptr.dtype.element_ty)
+        b64 = b.to(tl.int64)
+        tl.store(out_ptr + b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_d[None, :], o_out,
+                 mask=mask_h[:, None])
+        if d_blk == 0:
+            tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
+
+
+# Whether triton.jit gave interpreted functions (TRITON_INTERPRET=1 when triton was imported).
+_INTERPRETER = type(_fd_piece_kernel).__name__ == "InterpretedFunction"
+
+
+def _multiprocessors(device):
+    if device.type != "cuda":
+        return CPU_MULTIPROCESSORS
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _MULTIPROCESSORS:
+        _MULTIPROCESSORS[key] = torch.cuda.get_device_properties(key).multi_processor_count
+    return _MULTIPROCESSORS[key]
+
+
+def _workspace(device, slots, batch_size, num_heads, d_ckv):
+    """(part_o [slots, heads, d_ckv] fp32, part_lse [slots, heads] fp32, counters [batch] int32 zeros),
+    views of cached buffers. Sizes are rounded up to powers of two, so a handful of buffers serve every
+    workload; none is ever freed or resized, so a CUDA graph that captured one keeps valid memory.
+    The counters are zero between calls: the program that takes a request's last ticket resets it."""
+    cap = triton.next_power_of_2(max(slots, 64))
+    cap_b = triton.next_power_of_2(max(batch_size, 64))
+    key = (str(device), cap, cap_b, num_heads, d_ckv)
+    if key not in _WORKSPACE:
+        _WORKSPACE[key] = (torch.empty((cap, num_heads, d_ckv), dtype=torch.float32, device=device),
+                           torch.empty((cap, num_heads), dtype=torch.float32, device=device),
+                           torch.zeros((cap_b,), dtype=torch.int32, device=device))
+    part_o, part_lse, counters = _WORKSPACE[key]
+    return part_o[:slots], part_lse[:slots], counters[:batch_size]
+
+
+def _combine_tile(pieces_per_request, block_h, d_ckv, interpreted):
+    """(pieces, columns) of the merge kernel's tile: a request cut into many pieces (a long one in a
+    small batch) gets many pieces per step and few columns per program (more programs). Under the
+    interpreter: all columns (few programs run fastest there)."""
+    if interpreted:
+        return 16, d_ckv
+    pieces = min(32, max(4, triton.next_power_of_2(pieces_per_request)))
+    columns = min(d_ckv, max(8, COMBINE_TILE // (block_h * pieces)))
+    return pieces, columns
+
+
+def plan(batch_size, num_kv_indices, multiprocessors, params=None):
+    """(chunk, programs) for a batch: pieces of at most `chunk` tokens, `programs` >= the number of pieces."""
+    p = PARAMS if params is None else params
+    block_n = p["BLOCK_N"]
+    target = max(1, p["PROGRAMS_PER_SM"] * multiprocessors)
+    if batch_size > 1:  # a request's last piece is half a chunk on average: aim at `target` pieces in all
+        target = max(target - batch_size // 2, triton.cdiv(target, 2))
+    chunk = max(p["MIN_CHUNK_BLOCKS"] * block_n, triton.cdiv(num_kv_indices, target), 1)
+    chunk = triton.cdiv(chunk, block_n) * block_n
+    if batch_size == 1:
+        return chunk, max(1, triton.cdiv(num_kv_indices, chunk))
+    return chunk, triton.cdiv(num_kv_indices, chunk) + batch_size
+
+
+def params_for(batch_size, num_kv_indices, dispatch=None):
+    """The point that a call of this shape uses: the DISPATCH entry of the nearest batch size, then the
+    nearest token count (log scale), merged over PARAMS; PARAMS when DISPATCH is empty."""
+    table = DISPATCH if dispatch is None else dispatch
+    if not table:
+        return dict(PARAMS)
+
+    def distance(entry):
+        axes = entry[0]
+        return (abs(math.log(max(axes.get("batch_size", 1), 1)) - math.log(max(batch_size, 1))),
+                abs(math.log(max(axes.get("num_kv_indices", 1), 1)) - math.log(max(num_kv_indices, 1))))
+
+    return {**PARAMS, **min(table, key=distance)[1]}
+
+
+class _Launch:
+    """One kernel launch: Triton's normal launch the first time, then (FAST_LAUNCH) the compiled
+    kernel's C launcher directly with the same positional arguments, the current stream and no launch
+    hooks: Triton's argument binding costs tens of microseconds per launch on some versions, and
+    CompiledKernel[grid] (3.6 to 3.9) builds a launch-metadata dict on every call because its hook
+    chain is never None. Grids are 3-tuples (the launcher reads grid[0], grid[1] and grid[2])."""
+
+    __slots__ = ("fn", "grid", "options", "compiled", "fast", "device")
+
+    def __init__(self, fn, grid, options, fast):
+        # fast: None (direct launches not yet tried), True (they work), False (off or failed)
+        self.fn, self.grid, self.options, self.fast = fn, grid, options, None if fast else False
+        self.compiled, self.device = None, 0
+
+    def __call__(self, args, fast_ok):
+        c = self.compiled
+        if c is not None and fast_ok:
+            if self.fast is True:
+                c.run(self.grid[0], self.grid[1], self.grid[2], _current_stream(self.device), c.function,
+                      c.packed_metadata, None, None, None, *args)
+                return
+            try:  # the first direct launch: a Triton whose launcher takes other arguments raises here
+                c.run(self.grid[0], self.grid[1], self.grid[2], _current_stream(self.device), c.function,
+                      c.packed_metadata, None, None, None, *args)
+                self.fast = True
+                return
+            except (TypeError, ValueError, IndexError, SystemError, AttributeError):
+                self.compiled, self.fast = None, False
+        compiled = self.fn[self.grid](*args, **self.options)
+        if self.fast is not False and fast_ok and compiled is not None and hasattr(compiled, "run"):
+            self.compiled = compiled
+            self.device = torch.cuda.current_device()
+
+
+def _current_stream(device_index):
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+class _Plan:
+    __slots__ = ("chunk", "programs", "piece", "merge", "part_o", "part_lse", "counters", "single")
+
+
+def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
+    p = params_for(batch_size, total)
+    sms = _multiprocessors(device)
+    chunk, programs = plan(batch_size, total, sms, p)
+    pl = _Plan()
+    pl.chunk, pl.programs, pl.single = chunk, programs, batch_size == 1
+    pl.part_o, pl.part_lse, pl.counters = _workspace(device, programs, batch_size, num_heads, d_ckv)
+    block_h = max(16, triton.next_power_of_2(num_heads))
+    # One program reads all pieces of its request in the last-piece merge (~1 us per piece): a single
+    # request in many pieces is merged by the merge kernel instead, whose programs share the work.
+    last = p["COMBINE"] == "last" and not (pl.single and triton.cdiv(total, chunk) > LAST_MAX_PIECES)
+    fast = bool(p["FAST_LAUNCH"]) and not interpreted
+    constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=block_h, BLOCK_N=p["BLOCK_N"],
+                      SINGLE=pl.single, LAST_MERGES=last, COUNT_B=COUNT_B, INTERPRETED=interpreted)
+    pl.piece = (_Launch(_fd_piece_kernel, (programs, 1, 1),
+                        {"num_warps": p["num_warps"], "num_stages": p["num_stages"]}, fast), constexprs)
+    # Some request has several pieces unless the chunk holds the whole batch.
+    pl.merge = None
+    if not last and total > chunk:
+        # pieces of a request: all of them for batch 1, about the average otherwise
+        typical = triton.cdiv(total, chunk) if pl.single else triton.cdiv(programs, batch_size) + 1
+        combine_s, combine_d = _combine_tile(typical, block_h, d_ckv, interpreted)
+        merge_constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, BLOCK_H=block_h, SINGLE=pl.single,
+                                LSE_S=COMBINE_LSE_S, COMBINE_S=combine_s, COMBINE_D=combine_d, COUNT_B=COUNT_B,
+                                INTERPRETED=interpreted)
+        pl.merge = (_Launch(_fd_merge_kernel, (batch_size, d_ckv // combine_d, 1), {"num_warps": 4}, fast),
+                    merge_constexprs)
+    return pl
+
+
+def _contiguous_aligned(tensors):
+    ptrs = 0
+    for t in tensors:
+        if not t.is_contiguous():
+            return False, False
+        ptrs |= t.data_ptr()
+    return True, (ptrs & 15) == 0
+
+
+def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse):
+    batch_size, num_heads, d_ckv = q_nope.shape
+    if batch_size == 0:
+        return None
+    total = kv_indices.shape[0]
+    device = q_nope.device
+    key = (device, batch_size, num_heads, d_ckv, total)
+    pl = _PLANS.get(key)
+    if pl is None:
+        d_kpe = q_pe.shape[-1]
+        assert ckv_cache.shape[1] == 1 and kpe_cache.shape[1] == 1, "page_size must be 1"
+        assert d_ckv == triton.next_power_of_2(d_ckv) and d_kpe == triton.next_power_of_2(d_kpe), "power-of-2 dims"
+        interpreted = _INTERPRETER or device.type == "cpu"  # CPU tensors run only under the interpreter
+        pl = _PLANS[key] = _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted)
+    contiguous, aligned = _contiguous_aligned((q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices,
+                                               output, lse))
+    if not contiguous:  # the kernels assume contiguous tensors: work on contiguous copies
+        out_c = output.contiguous()
+        lse_c = lse.contiguous()
+        run(q_nope.contiguous(), q_pe.contiguous(), ckv_cache.contiguous(), kpe_cache.contiguous(),
+            kv_indptr.contiguous(), kv_indices.contiguous(), sm_scale, out_c, lse_c)
+        output.copy_(out_c)
+        lse.copy_(lse_c)
+        return None
+    launch, c = pl.piece
+    launch((q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, output, lse, pl.part_o, pl.part_lse,
+            pl.counters, float(sm_scale) * LOG2E, batch_size, total, pl.chunk,
+            c["NUM_HEADS"], c["D_CKV"], c["D_KPE"], c["BLOCK_H"], c["BLOCK_N"], c["SINGLE"], c["LAST_MERGES"],
+            c["COUNT_B"], c["INTERPRETED"]), aligned)
+    if pl.merge is not None:
+        launch, c = pl.merge
+        launch((kv_indptr, output, lse, pl.part_o, pl.part_lse, batch_size, total, pl.chunk,
+                c["NUM_HEADS"], c["D_CKV"], c["BLOCK_H"], c["SINGLE"], c["LSE_S"], c["COMBINE_S"], c["COMBINE_D"],
+                c["COUNT_B"], c["INTERPRETED"]), aligned)
+    return None
