@@ -1,11 +1,20 @@
 """Print the per-workload table and summary of saved bench results.
 
     python scripts/results_table.py REPORT.json|TRACES.jsonl [...]   (files are merged in order)
+    python scripts/results_table.py --run run1=A.json[,B.json] --run run2=C.json[,D.json] [--largest 8]
 
 A bench --json report carries everything; FlashInfer-Trace lines carry status and both latencies
-(not the noise or bandwidth columns)."""
+(not the noise or bandwidth columns).
 
+With --run: runs side by side (the same command run twice, or two timing modes), markdown. A run is
+one or more bench JSON files (e.g. two halves of a workload set) read together. Speedup is
+baseline_ms / candidate_ms of the same run (side by side in one worker); "% BW" is the candidate's
+achieved bandwidth (compulsory bytes / its time) over the hardware spec sheet's copy ceiling. --largest
+N also reports each run's worst and mean % BW over the N workloads with the most compulsory bytes."""
+
+import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -33,6 +42,80 @@ def results_from(path: Path) -> tuple[list[WorkloadResult], str]:
     return results, task
 
 
+def load_run(spec: str) -> tuple[str, dict, list[dict]]:
+    """(label, request of the first file, results of all files) of LABEL=FILE[,FILE...]."""
+    label, _, files = spec.partition("=")
+    if not files:
+        raise SystemExit(f"--run {spec!r}: expected LABEL=FILE[,FILE...]")
+    request, results = None, []
+    for name in files.split(","):
+        try:
+            data = json.loads(Path(name).read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--run {label}: cannot read {name} ({exc}); give a JSON file written by evoteam.bench --json") from None
+        request = request or data["request"]
+        results += data["results"]
+    return label, request, results
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def compare_runs(specs: list[str], largest_n: int) -> int:
+    runs = [load_run(spec) for spec in specs]
+    request = runs[0][1]
+    task = load_task(request["task"])
+    hw = hardware.load_spec(request["hardware"])
+    ceiling = hw.bandwidth_ceiling_tbs
+    by_uuid = {w.uuid: w for w in task.scaled_workloads("full")}
+    order = [r["uuid"] for r in runs[0][2]]
+    tables = [{r["uuid"]: r for r in results} for _, _, results in runs]
+
+    head = ["workload", "shape"]
+    for label, _, _ in runs:
+        head += [f"{label} baseline ms", f"{label} candidate ms", f"{label} speedup"]
+    head += ["% BW (" + runs[0][0] + ")"]
+    print(f"task {request['task']} on {request['hardware']}; timing {runs[0][2][0].get('timing_mode')}; "
+          f"baseline {runs[0][2][0].get('baseline')}; copy ceiling {ceiling} TB/s\n")
+    print("| " + " | ".join(head) + " |")
+    print("|" + " --- |" * len(head))
+    for uuid in order:
+        w = by_uuid.get(uuid)
+        row = [uuid[:8], shape_label(w) if w else "?"]
+        for table in tables:
+            r = table.get(uuid, {})
+            if r.get("status") == "PASSED":
+                row += [f"{r['baseline_ms']:.4f}", f"{r['candidate_ms']:.4f}", f"{r['speedup']:.3f}x"]
+            else:
+                row += ["-", "-", r.get("status", "missing")]
+        r0 = tables[0].get(uuid, {})
+        bw = r0.get("bandwidth_tbs")
+        row.append(f"{100 * bw / ceiling:.0f}%" if bw and ceiling else "-")
+        print("| " + " | ".join(row) + " |")
+
+    largest = sorted(order, key=lambda u: -(tables[0].get(u, {}).get("floor_ms") or 0))[:largest_n]
+    print("\n| run | correct | geomean | wins | worst | max noise |" + (f" % BW, {largest_n} largest (min / mean) |" if largest else ""))
+    print("| --- | --- | --- | --- | --- | --- |" + (" --- |" if largest else ""))
+    for (label, _, results), table in zip(runs, tables):
+        passed = [r for r in results if r.get("status") == "PASSED"]
+        speedups = [r["speedup"] for r in passed]
+        worst = min(passed, key=lambda r: r["speedup"]) if passed else None
+        line = f"| {label} | {len(passed)}/{len(results)} | "
+        if passed:
+            line += (f"{geomean(speedups):.3f}x | {sum(x > 1 for x in speedups)} | "
+                     f"{worst['speedup']:.3f}x ({worst['uuid'][:8]}) | "
+                     f"{100 * max((r.get('noise') or 0) for r in passed):.1f}% |")
+        else:
+            line += "- | - | - | - |"
+        if largest:
+            bws = [100 * table[u]["bandwidth_tbs"] / ceiling for u in largest
+                   if table.get(u, {}).get("bandwidth_tbs") and ceiling]
+            line += f" {min(bws):.0f}% / {sum(bws) / len(bws):.0f}% |" if bws else " - |"
+        print(line)
+    return 0
+
+
 def main(paths: list[str]) -> None:
     results, task_name = [], ""
     for p in paths:
@@ -44,4 +127,10 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    if any(a == "--run" or a.startswith("--run=") for a in sys.argv[1:]):
+        parser = argparse.ArgumentParser(description="runs of evoteam.bench side by side")
+        parser.add_argument("--run", action="append", required=True, help="LABEL=FILE[,FILE...] (repeat)")
+        parser.add_argument("--largest", type=int, default=0, help="also report %% BW over the N largest workloads")
+        args = parser.parse_args()
+        sys.exit(compare_runs(args.run, args.largest))
     main(sys.argv[1:])
