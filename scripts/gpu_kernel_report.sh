@@ -61,11 +61,11 @@ for part in $parts; do
         bench "$champion" --task mla_decode --baseline flashinfer --label champion \
           --baseline-option backend=auto --baseline-option plan=per_call --reps 30 \
           --json "$out/mla_plan_per_call_run$run.json"
-      done 2>&1 | grep -v '^\[' | tee "$out/mla.log" ;;
+      done 2>&1 | grep --line-buffered -v '^\[' | tee "$out/mla.log" ;;
     mla_graph)
       bench "$champion" --task mla_decode --baseline flashinfer --label champion \
         --baseline-option backend=auto --baseline-option plan=cached --timing graph --reps 30 \
-        --json "$out/mla_plan_cached_graph.json" 2>&1 | grep -v '^\[' | tee "$out/mla_graph.log" ;;
+        --json "$out/mla_plan_cached_graph.json" 2>&1 | grep --line-buffered -v '^\[' | tee "$out/mla_graph.log" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done
