@@ -177,9 +177,11 @@ def test_verified_on_limits_where_a_family_is_searched(tmp_path):
     (cpu_only,) = load_families(write_task(tmp_path, [{**entry, "verified_on": ["cpu"]}]))
     assert free.verified_on is None and free.usable_on("h200") and free.usable_on("cpu")
     assert cpu_only.verified_on == ("cpu",) and cpu_only.usable_on("cpu") and not cpu_only.usable_on("h200")
-    # The MLA flashdecode family has not yet given a result on a GPU: GPU team runs leave it out.
-    flashdecode = next(f for f in load_families("mla_decode") if f.name == "flashdecode")
-    assert flashdecode.usable_on("cpu") and not flashdecode.usable_on("h200")
+    # The MLA flashdecode and KDA chunk families passed the checker on the H200 (2026-11-30), and have
+    # run nowhere else: searched on cpu and h200, left out on h100, b200 and mi350x.
+    for task, name in (("mla_decode", "flashdecode"), ("kda_prefill", "chunk")):
+        family = next(f for f in load_families(task) if f.name == name)
+        assert family.usable_on("cpu") and family.usable_on("h200") and not family.usable_on("h100")
 
 
 # --------------------------------------------------------------------------- correctness under the interpreter
