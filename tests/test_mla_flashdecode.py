@@ -123,3 +123,21 @@ def test_flashdecode_dispatch(tmp_path):
     assert dispatched.params_for(1, 100)["COMBINE"] == "launch"
     result = check_kernel(MLA, MLA_SMALL[1], dispatched.run, trials=3, seed=5200, device="cpu")
     assert result.passed, result.summary()
+
+
+def test_champion_is_the_family_file_with_points_of_its_space():
+    """kernels/mla_decode/flashdecode_champion.py (the H200 sweep's output): the family's code with
+    PARAMS and DISPATCH set to points of the family's space, so the family's tests cover its code,
+    and it passes the checker here on a small workload of each batch size."""
+    fam = family()
+    path = fam.path.parent / "flashdecode_champion.py"
+    champion = load_module_from_path(path, "flashdecode_champion")
+    strip = ("PARAMS = ", "DISPATCH = ", "    [{")
+    def code(text):
+        return [line for line in text.splitlines() if not line.startswith(strip) and line != "]"]
+    assert code(path.read_text()) == code(fam.path.read_text())
+    assert fam.contains(champion.PARAMS) and len(champion.DISPATCH) == 47
+    assert all(fam.contains({**champion.PARAMS, **point}) for _, point in champion.DISPATCH)
+    for i, w in enumerate(MLA_SMALL[:2]):
+        result = check_kernel(MLA, w, champion.run, trials=3, seed=5300 + i, device="cpu")
+        assert result.passed, f"{w.uuid[:8]}: {result.summary()}"
