@@ -9,6 +9,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import math  # noqa: E402
 import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -83,6 +84,29 @@ def test_chunk_extreme_gates(tmp_path, bounded, gate_mean, gate_std):
         warnings.simplefilter("ignore", RuntimeWarning)
         err_o, err_s = rel_errors(module, inputs([100, 40], 1, bounded, True, 5, gate_mean, gate_std))
     assert err_o < 7e-3 and err_s < 7e-3, (err_o, err_s)
+
+
+@pytest.mark.parametrize("bounded,gate_mean,gate_std,fast_path", [
+    (True, 20.0, 0.1, True),  # every token at the lower bound: 231 per block of 32 rows, 462 per chunk (log2)
+    (False, 20.0, 0.1, False),  # softplus gates of 20 x A per token: blocks decay far past 2^-240
+])
+def test_chunk_fast_path_covers_a_chunk_decaying_past_2_pow_240(tmp_path, bounded, gate_mean, gate_std, fast_path):
+    """The fast intra pass is exact while each block of 32 rows decays by at most 2^-240 (the cross
+    block is taken relative to the boundary between the blocks), so a chunk decaying by twice that
+    needs no exact fallback: with the fallback sabotaged (NaN) the first case still passes and the
+    second, which needs the fallback, fails."""
+    _, module = chunk_variant(tmp_path, {"BK": 128})
+    source = Path(module.__file__).read_text()
+    call = "            q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound, H, K, BC, BK, BOUNDED, A_LOWP, INTERP)\n"
+    assert source.count(call) == 1
+    sabotaged = tmp_path / "chunk_sabotaged.py"
+    sabotaged.write_text(source.replace(call, call + "        a10q = a10q + float('nan')\n"))
+    module = load_module_from_path(sabotaged)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        err_o, err_s = rel_errors(module, inputs([100, 40], 1, bounded, True, 5, gate_mean, gate_std))
+    passed = err_o < 7e-3 and err_s < 7e-3
+    assert passed == fast_path, (err_o, err_s)
 
 
 def test_chunk_empty_sequences_and_chunk_edges(tmp_path):

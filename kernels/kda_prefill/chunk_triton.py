@@ -17,10 +17,11 @@ cumulative gate, Aqk and Akk on tensor cores, Tinv, and the state-independent op
 pass: w, u, qg = q exp(G), kd = k exp(G_last - G) (bf16) and exp(G_last) (fp32), into a workspace
 kept per device and shape. The chunk's rows are two blocks of 32 (separate tensors; Triton cannot
 slice registers), so A is three 32x32 blocks (00, 10, 11). exp(G_t - G_j) is split as
-exp(G_t - c) exp(c - G_j), c the middle of the gate range of t's block per key dim: both factors
-stay within half that block's decay (for the 10 block, exp(c1 - G_j) = exp(c1 - c0) exp(c0 - G_j)),
-so the products are exact in fp32 while the chunk decays by at most 2^-240 in every key column. A
-chunk beyond that (extreme gates only) is redone exactly (_intra_exact). Tinv by blocks: the
+exp(G_t - c) exp(c - G_j) in the diagonal blocks, c the middle of the block's gate range per key dim
+(both factors within half the block's decay), and exp(G_t - s0) exp(s0 - G_j) in the 10 block, s0
+the gate at the boundary between the blocks (both factors <= 1), so the products are exact in fp32
+while each block of 32 rows decays by at most 2^-240 in every key column. A chunk beyond that
+(extreme gates only) is redone exactly (_intra_exact). Tinv by blocks: the
 diagonal blocks by the exact product (I - A)(I + A^2)(I + A^4)(I + A^8)(I + A^16) (A^32 = 0: no
 sequential substitution), T10 = -T11 A10 T00.
 
@@ -236,9 +237,10 @@ def _intra_chunk(
     b_a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
 
     # ---- Aqk, Akk from the raw q and k (their L2 norms are row factors, applied afterwards).
-    # exp(G_t - G_j) = exp(G_t - c) exp(c - G_j), c = the middle of the gate range of the block
-    # that holds t: both factors stay within half a block's decay; for j in block 0 and t in
-    # block 1, exp(c1 - G_j) = exp(c1 - c0) exp(c0 - G_j) with exp(c1 - c0) <= 1.
+    # Diagonal blocks: exp(G_t - G_j) = exp(G_t - c) exp(c - G_j), c = the middle of the block's gate
+    # range: both factors stay within half the block's decay. Block 1 x block 0 (t in block 1, j in
+    # block 0): relative to the boundary between the blocks, exp(G_t - s0) exp(s0 - G_j), both <= 1,
+    # so exact whatever the decay (a factor underflows only where the product is below 2^-126).
     a00q = tl.zeros([BC, BC], dtype=tl.float32)
     a10q = tl.zeros([BC, BC], dtype=tl.float32)
     a11q = tl.zeros([BC, BC], dtype=tl.float32)
@@ -268,24 +270,29 @@ def _intra_chunk(
         gl = s0 + tl.sum(g1, 0)  # G at the chunk's last row
         c0 = 0.5 * s0
         c1 = 0.5 * (s0 + gl)
-        # The factors below are at most 2^(-gl/2) (and exp(c1 - c0) = 2^(gl/2) at least its inverse):
-        # fine in fp32 while the chunk decays by at most 2^-240 over every key column. Beyond that
-        # (strong gates only) the chunk is redone below; the clamps keep this pass finite.
-        worst = tl.maximum(worst, tl.max(-gl, 0))
+        # The diagonal blocks' factors are at most 2^(range/2) for a block's decay range (-s0 for
+        # block 0, s0 - gl for block 1): fine in fp32 while each block of BC rows decays by at most
+        # 2^-240 over every key column (a chunk may decay twice that). Beyond that (strong gates
+        # only) the chunk is redone below; the clamps keep this pass finite. (Until 2026-11-30 the
+        # cross block was taken relative to c1, which bounded the whole chunk's decay instead: 1-5%
+        # of the softplus workloads' chunks took the slow exact path.)
+        worst = tl.maximum(worst, tl.max(tl.maximum(-s0, s0 - gl), 0))
         e0 = tl.exp2(tl.minimum(G0 - c0[None, :], 120.0))
         e1 = tl.exp2(tl.minimum(G1 - c1[None, :], 120.0))
         i0 = tl.exp2(tl.minimum(c0[None, :] - G0, 120.0))
         k0c = tl.trans(_operand(k0 * i0, A_LOWP, INTERP))
-        k0f = tl.trans(_operand(k0 * i0 * tl.exp2(c1 - c0)[None, :], A_LOWP, INTERP))
+        # k0 exp(s0 - G0) and q1, k1 exp(G1 - s0): per-column rescalings of the diagonal blocks' factors
+        k0b = tl.trans(_operand(k0 * i0 * tl.exp2(s0 - c0)[None, :], A_LOWP, INTERP))
         k1c = tl.trans(_operand(k1 * tl.exp2(tl.minimum(c1[None, :] - G1, 120.0)), A_LOWP, INTERP))
-        q1e = _operand(q1 * e1, A_LOWP, INTERP)
-        k1e = _operand(k1 * e1, A_LOWP, INTERP)
+        q1s = q1 * e1
+        k1s = k1 * e1
+        to_boundary = tl.exp2(c1 - s0)[None, :]
         a00q = tl.dot(_operand(q0 * e0, A_LOWP, INTERP), k0c, a00q)
         a00k = tl.dot(_operand(k0 * e0, A_LOWP, INTERP), k0c, a00k)
-        a10q = tl.dot(q1e, k0f, a10q)
-        a10k = tl.dot(k1e, k0f, a10k)
-        a11q = tl.dot(q1e, k1c, a11q)
-        a11k = tl.dot(k1e, k1c, a11k)
+        a10q = tl.dot(_operand(q1s * to_boundary, A_LOWP, INTERP), k0b, a10q)
+        a10k = tl.dot(_operand(k1s * to_boundary, A_LOWP, INTERP), k0b, a10k)
+        a11q = tl.dot(_operand(q1s, A_LOWP, INTERP), k1c, a11q)
+        a11k = tl.dot(_operand(k1s, A_LOWP, INTERP), k1c, a11k)
     if worst > 240.0:
         a00q, a00k, a10q, a10k, a11q, a11k = _intra_exact(
             q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound, H, K, BC, BK, BOUNDED, A_LOWP, INTERP)
