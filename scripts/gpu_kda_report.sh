@@ -13,6 +13,8 @@
 #            fla's times from the baseline cache that bench1/bench2 filled while the machine stays
 #            warm); SWEEP_ARGS adds arguments, e.g. SWEEP_ARGS='--space {"BV":[16,64]}'
 # Usage from the repository root: bash scripts/gpu_kda_report.sh OUT_DIR [probe|bench1|bench2|bench|sweepK ...]
+# AUTOTUNE_IN=FILE.tgz restores fla's autotuning results saved by an earlier call in OUT_DIR/autotune.tgz
+# (carry it in an ignored folder, e.g. .device-cache/; on 2026-11-30 a cold bench1 spent 390 s tuning).
 # Needs fla-core: pip install -e .[cuda], or the wheels of ../shared/device/fetch_wheels.sh in .whl
 # (installed here into /tmp/site). Caches (Triton kernels and fla's autotuning, the harness's baseline
 # times) live under /tmp on the device machine: they last while it stays warm.
