@@ -3,14 +3,17 @@
 #   probe    where the time goes: host cost per call, events vs graph-replay device time, compiled
 #            kernels' registers/spills/shared memory; the family default and the champion (if any)
 #            next to FlashInfer (scripts/mla_probe.py; about 2 minutes)
-#   sweep1, sweep2   the flashdecode family's space (families.json), half each (about 4-5 minutes
-#            each): every point on all 47 workloads, FlashInfer's time from the baseline cache after
-#            the first point that times it; JSON per half, written after every point (merge them with
+#   sweep1, sweep2   the flashdecode family's space (families.json), half each: every point on all 47
+#            workloads with FlashInfer timed side by side at every point (--time-baseline: on 2026-11-30
+#            one FlashInfer timing per workload, reused by all 16 points, made the sweep predict 1.171x
+#            where the side-by-side report measured 0.857x; the 16-point sweep took 190 s without it);
+#            JSON per half, written after every point (merge them with
 #            sweep_family.py --merge). SWEEP_SHARDS=3 makes sweep1..sweep3 thirds; SWEEP_ARGS adds
 #            arguments, e.g. SWEEP_ARGS='--space {"BLOCK_N":[64],"num_warps":[8]}' (JSON without spaces)
-#   sweep    both halves in one call (over 8 minutes: only where the call limit allows)
+#   sweep    all points in one call (190 s on 2026-11-30 with cached baseline times; expect up to 2x with
+#            --time-baseline), writing the dispatch and the champion
 #   mla      the champion vs FlashInfer fa3/auto, plan() cached (events, kernel only) and plan() per
-#            call (wallclock), each timed twice, side by side in the same run (about 5 minutes)
+#            call (wallclock), each timed twice, side by side in the same run (about 2 minutes)
 #   mla_graph  the champion vs FlashInfer, plan cached, timed by graph replay (device time only)
 # SWEEP_TIMEOUT: seconds per workload before a sweep's worker is killed (default 60: a hanging point
 # must not eat the call; on 2026-11-30 the family's first point gave no result within 200 s).
@@ -39,7 +42,7 @@ sweep() {  # $1: shard, $2: json name, then more sweep_family.py arguments; $SWE
   python3 scripts/sweep_family.py --task mla_decode --family flashdecode --shard "$1" --reps 30 --warmup 5 \
     --timeout "${SWEEP_TIMEOUT:-60}" \
     --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached --timing events \
-    --dispatch-axes batch_size,num_kv_indices --out "$out/$2" "${@:3}" ${SWEEP_ARGS:-}
+    --time-baseline --dispatch-axes batch_size,num_kv_indices --out "$out/$2" "${@:3}" ${SWEEP_ARGS:-}
 }
 for part in $parts; do
   case $part in
