@@ -14,7 +14,6 @@ N also reports each run's worst and mean % BW over the N workloads with the most
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def results_from(path: Path) -> tuple[list[WorkloadResult], str]:
     return results, task
 
 
-def load_run(spec: str) -> tuple[str, dict, list[dict]]:
+def load_run(spec: str) -> tuple[str, dict, list[WorkloadResult]]:
     """(label, request of the first file, results of all files) of LABEL=FILE[,FILE...]."""
     label, _, files = spec.partition("=")
     if not files:
@@ -54,63 +53,56 @@ def load_run(spec: str) -> tuple[str, dict, list[dict]]:
         except (OSError, ValueError) as exc:
             raise SystemExit(f"--run {label}: cannot read {name} ({exc}); give a JSON file written by evoteam.bench --json") from None
         request = request or data["request"]
-        results += data["results"]
+        results += [WorkloadResult.from_json(r) for r in data["results"]]
     return label, request, results
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def compare_runs(specs: list[str], largest_n: int) -> int:
     runs = [load_run(spec) for spec in specs]
-    request = runs[0][1]
+    request, first = runs[0][1], runs[0][2]
     task = load_task(request["task"])
-    hw = hardware.load_spec(request["hardware"])
-    ceiling = hw.bandwidth_ceiling_tbs
+    ceiling = hardware.load_spec(request["hardware"]).bandwidth_ceiling_tbs
     by_uuid = {w.uuid: w for w in task.scaled_workloads("full")}
-    order = [r["uuid"] for r in runs[0][2]]
-    tables = [{r["uuid"]: r for r in results} for _, _, results in runs]
+    order = [r.uuid for r in first]
+    tables = [{r.uuid: r for r in results} for _, _, results in runs]
+
+    def percent_of_ceiling(r: WorkloadResult | None) -> float | None:
+        return 100 * r.bandwidth_tbs / ceiling if r is not None and r.bandwidth_tbs and ceiling else None
 
     head = ["workload", "shape"]
     for label, _, _ in runs:
         head += [f"{label} baseline ms", f"{label} candidate ms", f"{label} speedup"]
     head += ["% BW (" + runs[0][0] + ")"]
-    print(f"task {request['task']} on {request['hardware']}; timing {runs[0][2][0].get('timing_mode')}; "
-          f"baseline {runs[0][2][0].get('baseline')}; copy ceiling {ceiling} TB/s\n")
+    print(f"task {request['task']} on {request['hardware']}; timing {first[0].timing_mode}; "
+          f"baseline {first[0].baseline}; copy ceiling {ceiling} TB/s\n")
     print("| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
     for uuid in order:
         w = by_uuid.get(uuid)
         row = [uuid[:8], shape_label(w) if w else "?"]
         for table in tables:
-            r = table.get(uuid, {})
-            if r.get("status") == "PASSED":
-                row += [f"{r['baseline_ms']:.4f}", f"{r['candidate_ms']:.4f}", f"{r['speedup']:.3f}x"]
+            r = table.get(uuid)
+            if r is not None and r.speedup is not None:
+                row += [f"{r.baseline_ms:.4f}", f"{r.candidate_ms:.4f}", f"{r.speedup:.3f}x"]
             else:
-                row += ["-", "-", r.get("status", "missing")]
-        r0 = tables[0].get(uuid, {})
-        bw = r0.get("bandwidth_tbs")
-        row.append(f"{100 * bw / ceiling:.0f}%" if bw and ceiling else "-")
+                row += ["-", "-", r.status if r is not None else "missing"]
+        bw = percent_of_ceiling(tables[0].get(uuid))
+        row.append(f"{bw:.0f}%" if bw is not None else "-")
         print("| " + " | ".join(row) + " |")
 
-    largest = sorted(order, key=lambda u: -(tables[0].get(u, {}).get("floor_ms") or 0))[:largest_n]
+    largest = sorted(order, key=lambda u: -(tables[0][u].floor_ms or 0))[:largest_n]
     print("\n| run | correct | geomean | wins | worst | max noise |" + (f" % BW, {largest_n} largest (min / mean) |" if largest else ""))
     print("| --- | --- | --- | --- | --- | --- |" + (" --- |" if largest else ""))
     for (label, _, results), table in zip(runs, tables):
-        passed = [r for r in results if r.get("status") == "PASSED"]
-        speedups = [r["speedup"] for r in passed]
-        worst = min(passed, key=lambda r: r["speedup"]) if passed else None
-        line = f"| {label} | {len(passed)}/{len(results)} | "
-        if passed:
-            line += (f"{geomean(speedups):.3f}x | {sum(x > 1 for x in speedups)} | "
-                     f"{worst['speedup']:.3f}x ({worst['uuid'][:8]}) | "
-                     f"{100 * max((r.get('noise') or 0) for r in passed):.1f}% |")
+        s = report.summarize(results)
+        line = f"| {label} | {s.passed}/{s.workloads} | "
+        if s.geomean_speedup is not None:
+            line += (f"{s.geomean_speedup:.3f}x | {s.wins} | {s.worst_speedup:.3f}x ({s.worst_workload[:8]}) | "
+                     f"{100 * (s.max_noise or 0):.1f}% |")
         else:
             line += "- | - | - | - |"
         if largest:
-            bws = [100 * table[u]["bandwidth_tbs"] / ceiling for u in largest
-                   if table.get(u, {}).get("bandwidth_tbs") and ceiling]
+            bws = [b for b in (percent_of_ceiling(table.get(u)) for u in largest) if b is not None]
             line += f" {min(bws):.0f}% / {sum(bws) / len(bws):.0f}% |" if bws else " - |"
         print(line)
     return 0
