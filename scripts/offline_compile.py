@@ -32,10 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-
-def fail(message: str) -> None:
-    print(f"offline_compile: {message}", file=sys.stderr)
-    sys.exit(2)
+from evoteam.errors import UserError  # noqa: E402 - after the repository is on sys.path
 
 
 def resource_usage(cubin: bytes, cuobjdump: Path) -> dict[str, int]:
@@ -97,6 +94,14 @@ class Compiler:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return compile_all(parse_args(sys.argv[1:] if argv is None else argv))
+    except UserError as exc:  # bad input: one line, exit 2 (as evoteam.bench)
+        print(f"offline_compile: {exc}", file=sys.stderr)
+        return 2
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("kernel", type=Path)
     p.add_argument("--task", required=True)
@@ -105,44 +110,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--param", action="append", default=[], metavar="KEY=JSON", help="override PARAMS[KEY]")
     p.add_argument("--json", type=Path)
     p.add_argument("--dump", type=Path, help="write each compiled kernel's TTGIR and PTX into this folder")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    return p.parse_args(argv)
 
+
+def compile_all(args: argparse.Namespace) -> int:
     import torch
 
     from evoteam import hardware
     from evoteam.check import torch_dtype
-    from evoteam.errors import UserError
     from evoteam.task import available_tasks, load_module_from_path, load_task, select_workloads, shape_label
 
     if args.task not in available_tasks():
-        fail(f"unknown task {args.task!r}; choose one of {', '.join(available_tasks())}")
+        raise UserError(f"unknown task {args.task!r}; choose one of {', '.join(available_tasks())}")
     if not args.kernel.is_file():
-        fail(f"no kernel file {args.kernel}; give the path of a kernel's .py file")
-    try:
-        hw = hardware.load_spec(args.hardware)
-    except Exception as exc:  # noqa: BLE001 - the spec loader's own message names the problem
-        fail(f"hardware {args.hardware!r}: {exc}")
+        raise UserError(f"no kernel file {args.kernel}; give the path of a kernel's .py file")
+    hw = hardware.load_spec(args.hardware)  # HardwareError (a UserError) names an unknown target
     match = re.fullmatch(r"sm_(\d+)a?", hw.arch_target or "")
     if hw.backend != "cuda" or not match:
-        fail(f"hardware {hw.name} is not an NVIDIA target (arch_target {hw.arch_target!r}); use h100, h200 or b200")
+        raise UserError(f"hardware {hw.name} is not an NVIDIA target (arch_target {hw.arch_target!r}); use h100, h200 or b200")
     from triton.backends.compiler import GPUTarget
 
     target = GPUTarget("cuda", int(match.group(1)), 32)
     task = load_task(args.task)
     workloads = task.scaled_workloads("full")
-    try:
-        chosen = select_workloads(workloads, args.workloads) if args.workloads else [workloads[0], workloads[-1]]
-    except (UserError, ValueError) as exc:
-        fail(str(exc))
+    chosen = select_workloads(workloads, args.workloads) if args.workloads else [workloads[0], workloads[-1]]
     module = load_module_from_path(args.kernel.resolve(), "offline_compile_kernel")
     for item in args.param:
         key, _, value = item.partition("=")
         if not hasattr(module, "PARAMS") or key not in module.PARAMS:
-            fail(f"--param {item!r}: the kernel has no PARAMS[{key!r}]")
+            raise UserError(f"--param {item!r}: the kernel has no PARAMS[{key!r}]")
         try:
             module.PARAMS[key] = json.loads(value)
         except ValueError:
-            fail(f"--param {item!r}: the value must be JSON (e.g. 64, true, \"launch\")")
+            raise UserError(f"--param {item!r}: the value must be JSON (e.g. 64, true, \"launch\")") from None
     if hasattr(module, "CPU_MULTIPROCESSORS") and hw.multiprocessors:
         module.CPU_MULTIPROCESSORS = hw.multiprocessors  # meta tensors take the kernel's non-CUDA path
 
