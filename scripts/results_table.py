@@ -23,12 +23,19 @@ from evoteam.task import load_task, shape_label
 from evoteam.worker import WorkloadResult
 
 
-def results_from(path: Path) -> tuple[list[WorkloadResult], str]:
-    if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        return [WorkloadResult.from_json(r) for r in data["results"]], data["request"]["task"]
+def results_from(path: Path) -> tuple[list[WorkloadResult], str, str | None]:
+    """(results, task name, hardware name or None) of a bench --json report or a FlashInfer-Trace file."""
+    try:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+            request = data["request"]
+            return [WorkloadResult.from_json(r) for r in data["results"]], request["task"], request.get("hardware")
+        traces = load_traces(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"cannot read {path} ({exc}); give a JSON report of evoteam.bench --json "
+                         "or a FlashInfer-Trace .jsonl file") from None
     results, task = [], ""
-    for trace in load_traces(path):
+    for trace in traces:
         task = "mla_decode" if trace.definition.startswith("mla") else "kda_prefill"
         ev = trace.evaluation
         status, _, detail = ev.log.partition(": ")
@@ -38,7 +45,7 @@ def results_from(path: Path) -> tuple[list[WorkloadResult], str]:
         results.append(WorkloadResult(uuid=trace.workload.uuid, status=status, detail=detail, baseline=baseline,
                                       timing_mode=mode, baseline_ms=perf.reference_latency_ms if perf else None,
                                       candidate_ms=perf.latency_ms if perf else None))
-    return results, task
+    return results, task, None
 
 
 def load_run(spec: str) -> tuple[str, dict, list[WorkloadResult]]:
@@ -108,21 +115,33 @@ def compare_runs(specs: list[str], largest_n: int) -> int:
     return 0
 
 
-def main(paths: list[str]) -> None:
+def print_files(paths: list[str], hardware_name: str | None) -> int:
     results, task_name = [], ""
     for p in paths:
-        rs, task_name = results_from(Path(p))
+        rs, task_name, hw = results_from(Path(p))
         results += rs
+        hardware_name = hardware_name or hw
+    if not hardware_name:
+        raise SystemExit("these files do not name their hardware (trace files); give --hardware, e.g. --hardware h200")
     task = load_task(task_name)
     labels = {w.uuid: shape_label(w) for w in task.workloads}
-    print(report.format_table(results, labels, "candidate", hardware.load_spec("h200").bandwidth_ceiling_tbs))
+    print(report.format_table(results, labels, "candidate", hardware.load_spec(hardware_name).bandwidth_ceiling_tbs))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help="bench --json reports or FlashInfer-Trace .jsonl files, merged in order")
+    parser.add_argument("--run", action="append", help="LABEL=FILE[,FILE...]: runs side by side (repeat)")
+    parser.add_argument("--largest", type=int, default=0, help="also report %% BW over the N largest workloads")
+    parser.add_argument("--hardware", help="spec sheet for %% BW of trace files (bench reports name theirs)")
+    args = parser.parse_args(argv)
+    if bool(args.run) == bool(args.files):
+        parser.error("give either result files or --run LABEL=FILE[,FILE...], not both or neither")
+    if args.run:
+        return compare_runs(args.run, args.largest)
+    return print_files(args.files, args.hardware)
 
 
 if __name__ == "__main__":
-    if any(a == "--run" or a.startswith("--run=") for a in sys.argv[1:]):
-        parser = argparse.ArgumentParser(description="runs of evoteam.bench side by side")
-        parser.add_argument("--run", action="append", required=True, help="LABEL=FILE[,FILE...] (repeat)")
-        parser.add_argument("--largest", type=int, default=0, help="also report %% BW over the N largest workloads")
-        args = parser.parse_args()
-        sys.exit(compare_runs(args.run, args.largest))
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

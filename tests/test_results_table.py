@@ -53,3 +53,20 @@ def test_unreadable_run_is_one_line(tmp_path):
     out = run_table("--run", f"x={tmp_path / 'missing.json'}")
     assert out.returncode != 0
     assert out.stderr.strip().count("\n") == 0 and "cannot read" in out.stderr and "evoteam.bench --json" in out.stderr
+
+
+def test_plain_table_takes_the_reports_hardware(tmp_path):
+    uuids = [w.uuid for w in load_task("mla_decode").workloads[:2]]
+    a = bench_json(tmp_path / "a.json", uuids, [0.02, 0.04], [0.01, 0.05])
+    out = run_table(str(a))
+    assert out.returncode == 0, out.stderr
+    assert "2.000x" in out.stdout and "0.800x" in out.stdout and "4.23" in out.stdout
+
+
+def test_bad_input_is_one_line(tmp_path):
+    missing = run_table(str(tmp_path / "missing.json"))
+    assert missing.returncode != 0 and missing.stderr.strip().count("\n") == 0
+    assert "cannot read" in missing.stderr
+    neither = run_table()
+    assert neither.returncode == 2 and "give either result files or --run" in neither.stderr
+    assert "Traceback" not in neither.stderr + missing.stderr
