@@ -11,10 +11,12 @@
 #            sweep_family.py --merge). SWEEP_SHARDS=3 makes sweep1..sweep3 thirds; SWEEP_ARGS adds
 #            arguments, e.g. SWEEP_ARGS='--space {"BLOCK_N":[64],"num_warps":[8]}' (JSON without spaces)
 #   sweep    all points in one call (190 s on 2026-11-30 with cached baseline times; expect up to 2x with
-#            --time-baseline), writing the dispatch and the champion
+#            --time-baseline; SWEEP_TIMING=graph: 14 points in 275 s), writing the dispatch and the champion
 #   mla      the champion vs FlashInfer fa3/auto, plan() cached (events, kernel only) and plan() per
 #            call (wallclock), each timed twice, side by side in the same run (about 2 minutes)
 #   mla_graph  the champion vs FlashInfer, plan cached, timed by graph replay (device time only)
+# SWEEP_TIMING: the sweep's timing mode, events (default) or graph (device time only: the dispatch is then
+# chosen on kernel merit, free of the host noise that made the events sweep's choices vary).
 # SWEEP_TIMEOUT: seconds per workload before a sweep's worker is killed (default 60: a hanging point
 # must not eat the call; on 2026-11-30 the family's first point gave no result within 200 s).
 # The champion is $KERNEL, else kernels/mla_decode/flashdecode_champion.py, else the family's file.
@@ -39,10 +41,14 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 echo "champion: $champion"
 bench() { python3 -m evoteam.bench "$@"; }
 sweep() {  # $1: shard, $2: json name, then more sweep_family.py arguments; $SWEEP_ARGS too (e.g. --space)
+  local timing=${SWEEP_TIMING:-events} time_baseline=
+  # events times of FlashInfer vary up to 4x between processes (host-bound): time it at every point.
+  # Graph replay varies under 2%, so one cached baseline time per workload serves every point.
+  [ "$timing" = events ] && time_baseline=--time-baseline
   python3 scripts/sweep_family.py --task mla_decode --family flashdecode --shard "$1" --reps 30 --warmup 5 \
     --timeout "${SWEEP_TIMEOUT:-60}" \
-    --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached --timing events \
-    --time-baseline --dispatch-axes batch_size,num_kv_indices --out "$out/$2" "${@:3}" ${SWEEP_ARGS:-}
+    --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached --timing "$timing" \
+    $time_baseline --dispatch-axes batch_size,num_kv_indices --out "$out/$2" "${@:3}" ${SWEEP_ARGS:-}
 }
 for part in $parts; do
   case $part in
