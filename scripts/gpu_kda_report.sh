@@ -38,7 +38,7 @@ save_autotune() {
 }
 trap save_autotune EXIT
 kernel=${KERNEL:-kernels/kda_prefill/chunk_triton.py}
-default_points='[{}, {"FUSE_O": false}, {"intra_maxnreg": 128}, {"BV": 16}]'
+default_points='[{}, {"FUSE_O": false}, {"intra_maxnreg_bounded": null}, {"BV": 16}]'
 probe_points=${PROBE_POINTS:-$default_points}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"

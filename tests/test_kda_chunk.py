@@ -31,7 +31,7 @@ def chunk_variant(tmp_path, point):
 
 @pytest.mark.parametrize("uuid,point", [
     ("5237e6bd", {}),  # bounded gate, initial state, lengths 96 and 65
-    ("8cfd1d8d", {"BV": 16, "FUSE_O": False, "intra_maxnreg": 128}),  # bounded, 4 sequences, output pass
+    ("8cfd1d8d", {"BV": 16, "FUSE_O": False, "intra_maxnreg_bounded": None}),  # bounded, 4 sequences, output pass
 ])
 def test_chunk_passes_the_checker(tmp_path, uuid, point):
     fam, module = chunk_variant(tmp_path, point)
@@ -115,3 +115,17 @@ def test_chunk_empty_sequences_and_chunk_edges(tmp_path):
         warnings.simplefilter("ignore", RuntimeWarning)
         err_o, err_s = rel_errors(module, inputs([0, 1, 64, 0, 65, 63, 0], 1, False, True, 6))
     assert err_o < 7e-3 and err_s < 7e-3, (err_o, err_s)
+
+
+def test_intra_register_cap_follows_the_gate_form(tmp_path):
+    """The GPU launch options of the intra pass: the bounded gate's cap, or the softplus gate's (each a
+    family parameter; measured on the H200 to pull in opposite directions)."""
+    _, module = chunk_variant(tmp_path, {"intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128})
+    shape = dict(T=256, H=4, N=2, K=128, V=128, has_h0=False, interpreted=False)
+    bounded = module._make_plan(torch.device("cpu"), bounded=True, **shape)
+    softplus = module._make_plan(torch.device("cpu"), bounded=False, **shape)
+    assert bounded.intra.options == {"num_warps": 8, "maxnreg": 128}
+    assert softplus.intra.options == {"num_warps": 8}
+    _, swapped = chunk_variant(tmp_path, {"intra_maxnreg_softplus": 128, "intra_maxnreg_bounded": None})
+    assert swapped._make_plan(torch.device("cpu"), bounded=False, **shape).intra.options["maxnreg"] == 128
+    assert "maxnreg" not in swapped._make_plan(torch.device("cpu"), bounded=True, **shape).intra.options

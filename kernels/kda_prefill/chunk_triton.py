@@ -60,9 +60,12 @@ import triton.language as tl
 #   FUSE_O        o inside the state pass (True) or in a separate parallel launch (False)
 #   BK            key columns per step of the intra pass
 #   intra_warps   warps of the intra pass
-#   intra_maxnreg register cap of the intra pass (None: the compiler's choice, 255 at 8 warps: one
-#                 program per multiprocessor; 128: two, with some spills)
-PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg": None}
+#   intra_maxnreg_softplus, intra_maxnreg_bounded   register cap of the intra pass for each gate form
+#                 (None: the compiler's choice, 255 at 8 warps: one program per multiprocessor; 128: two,
+#                 with some spills). On the H200 (2026-11-30) 128 made the bounded-gate workloads
+#                 5-11% faster and the softplus ones 2-14% slower (the softplus gate needs more
+#                 registers): the gate form is an argument of every call, so each gets its own cap.
+PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128}
 # Per-shape points ([[axes, params], ...], nearest shape wins; empty: PARAMS everywhere), written by
 # scripts/sweep_family.py --emit-kernel into a copy of this file.
 DISPATCH = []
@@ -555,8 +558,9 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
         "out": (H, K, V, BT, bv, np_, interpreted),
     }
     intra_options = {"num_warps": p["intra_warps"]}
-    if p["intra_maxnreg"] and not interpreted:
-        intra_options["maxnreg"] = p["intra_maxnreg"]
+    maxnreg = p["intra_maxnreg_bounded"] if bounded else p["intra_maxnreg_softplus"]
+    if maxnreg and not interpreted:
+        intra_options["maxnreg"] = maxnreg
     pl.intra = _Launch(_intra_chunk, (pl.ncmax, H, 1), intra_options, fast)
     pl.state = _Launch(_state_pass, (N * H * (V // bv), 1, 1), {"num_warps": p["num_warps"]}, fast)
     pl.out = None if p["FUSE_O"] else _Launch(_output_pass, (pl.ncmax, H, V // bv), {"num_warps": p["num_warps"]}, fast)
