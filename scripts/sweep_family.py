@@ -73,6 +73,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="time the baseline side by side at every point (default: baseline cache where it has one)")
     p.add_argument("--out", type=Path, help="write the sweep's JSON here")
     p.add_argument("--merge", nargs="+", type=Path, help="analyse these sweep JSON files together; evaluate nothing")
+    p.add_argument("--override", action="store_true",
+                   help="with --merge: each later file's workloads are chosen from its own points only "
+                        "(needed to merge sweeps of different timing modes)")
     p.add_argument("--dispatch-axes", help="comma-separated workload axes a dispatch entry keys on "
                                            "(default: the var axes of the task's definition)")
     p.add_argument("--smooth", type=int, default=1, help="neighbours on each side that a choice also looks at")
@@ -251,16 +254,29 @@ def point_line(entry: dict, n_workloads: int, default: dict | None = None) -> st
             f"{_params_text(entry['params'], default)}")
 
 
-def merge_sweeps(paths: list[Path]) -> dict:
+def merge_sweeps(paths: list[Path], override: bool = False) -> dict:
+    """The points of several sweeps as one. Speedups of different timing modes do not compare, so
+    mixing them needs override: then a later file's workloads are chosen from its own points only
+    (the earlier files' results on those workloads are dropped), e.g. batch 1 re-swept with events
+    on top of a graph-timed sweep of every workload."""
     sweeps = [json.loads(p.read_text()) for p in paths]
     merged = dict(sweeps[0])
     merged["points"] = []
     merged["workloads"] = {}
-    for s in sweeps:
+    modes = []
+    for path, s in zip(paths, sweeps):
         if (s["task"], s["family"]) != (merged["task"], merged["family"]):
             raise SystemExit(f"cannot merge sweeps of {s['task']}/{s['family']} and {merged['task']}/{merged['family']}")
+        if s["timing"] != merged["timing"] and not override:
+            raise SystemExit(f"cannot merge {path} (timing {s['timing']}) with a {merged['timing']} sweep: their "
+                             "speedups do not compare; give --override to choose its workloads from its points only")
+        if override:
+            for entry in merged["points"]:
+                entry["results"] = {u: r for u, r in entry["results"].items() if u not in s["workloads"]}
+        modes += [s["timing"]] if s["timing"] not in modes else []
         merged["workloads"].update(s["workloads"])
         merged["points"].extend(s["points"])
+    merged["timing"] = "+".join(modes)
     return merged
 
 
@@ -361,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"task {args.task} has no family {args.family!r}; it has {sorted(families)}")
     family = families[args.family]
     if args.merge:
-        sweep = merge_sweeps(args.merge)
+        sweep = merge_sweeps(args.merge, args.override)
         if args.out:
             args.out.write_text(json.dumps(sweep, indent=1))
     else:

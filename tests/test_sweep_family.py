@@ -32,7 +32,8 @@ def test_points_and_sources():
     fam = family()
     assert len(SW.family_points(fam, None, None)) == fam.size
     points = SW.family_points(fam, '{"num_warps": [4], "COMBINE": ["last"]}', None)
-    assert len(points) == fam.size // 4 and all(p["num_warps"] == 4 for p in points)
+    fixed = len(fam.space["num_warps"]) * len(fam.space["COMBINE"])
+    assert len(points) == fam.size // fixed and all(p["num_warps"] == 4 and p["COMBINE"] == "last" for p in points)
     off_space = SW.family_points(fam, '{"BLOCK_N": [64]}', None)  # off the listed space: still written
     source = SW.point_source(fam, off_space[0])
     assert read_params(source)["BLOCK_N"] == 64
@@ -96,3 +97,26 @@ def test_choice_smoothing_and_emission(tmp_path, capsys):
     exec(compile(kernel.read_text(), str(kernel), "exec"), namespace)  # noqa: S102
     assert namespace["DISPATCH"] == table and namespace["PARAMS"] == sweep["points"][2]["params"]
     assert namespace["params_for"](1, 105)["COMBINE"] == "launch"  # nearest: batch 1, 100 tokens
+
+
+def test_merge_refuses_mixed_timing_unless_later_files_override(tmp_path, capsys):
+    """A graph-timed sweep of every workload, then batch 1 re-swept with events: plain merging would
+    compare speedups of two timing modes; --override takes batch 1 from the events sweep alone."""
+    graph = fake_sweep({"a": (1, 8, [1.4, 1.2, 1.3]), "b": (1, 100, [1.1, 1.2, 1.0]), "d": (64, 9000, [0.9, 0.8, 1.0])})
+    graph["timing"] = "graph"
+    events = fake_sweep({"a": (1, 8, [0.8, 0.7, 1.2]), "b": (1, 100, [0.9, 0.8, 1.1])})
+    (tmp_path / "graph.json").write_text(json.dumps(graph))
+    (tmp_path / "events.json").write_text(json.dumps(events))
+    with pytest.raises(SystemExit, match="timing events.*--override"):
+        SW.merge_sweeps([tmp_path / "graph.json", tmp_path / "events.json"])
+    merged = SW.merge_sweeps([tmp_path / "graph.json", tmp_path / "events.json"], override=True)
+    assert merged["timing"] == "graph+events" and len(merged["points"]) == 6
+    chosen = SW.choose(merged, ["batch_size", "num_kv_indices"], 0)
+    assert chosen == {"a": 5, "b": 5, "d": 2}  # batch 1 from the events points (3..5), d from the graph ones
+    SW.main(["--task", "mla_decode", "--family", "flashdecode", "--merge", str(tmp_path / "graph.json"),
+             str(tmp_path / "events.json"), "--override", "--dispatch-axes", "batch_size,num_kv_indices",
+             "--smooth", "0", "--emit-dispatch", str(tmp_path / "d.json")])
+    table = json.loads((tmp_path / "d.json").read_text())
+    assert [entry[1]["COMBINE"] for entry in table] == ["launch", "launch", "launch"]
+    assert "none passed every workload" in capsys.readouterr().out
+
