@@ -74,7 +74,7 @@ def check_against_reference(module, inputs, calls=2):
         assert_matches_reference(ref, lengths, output, lse)
 
 
-@pytest.mark.parametrize("combine", ["last", "launch"])
+@pytest.mark.parametrize("combine", ["last", "launch", "ctas"])
 def test_flashdecode_edges(tmp_path, combine):
     """Empty requests first, in the middle and last; a request of exactly one chunk, one a token
     longer, one of many pieces; 70 requests (more than one 64-entry scan step) in the second case."""
@@ -141,3 +141,31 @@ def test_champion_is_the_family_file_with_points_of_its_space():
     for i, w in enumerate(MLA_SMALL[:2]):
         result = check_kernel(MLA, w, champion.run, trials=3, seed=5300 + i, device="cpu")
         assert result.passed, f"{w.uuid[:8]}: {result.summary()}"
+
+
+@pytest.mark.parametrize("lengths", [[700], [0, 1, 64, 65, 0, 300, 7, 0]], ids=["single", "batch"])
+def test_flashdecode_merge_programs_share_the_launch(tmp_path, lengths):
+    """COMBINE "ctas": one launch whose grid is the pieces' programs and then batch x column blocks of
+    merge programs; both counters are back to zero after each call (checked against the reference,
+    twice)."""
+    module = variant({"COMBINE": "ctas", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4}, tmp_path, f"ctas{len(lengths)}")
+    inputs = edge_inputs(lengths, seed=14)
+    chunk, n = pieces(module, inputs["kv_indptr"].numpy(), module.PARAMS)
+    assert max(n) >= 5
+    check_against_reference(module, inputs)
+    (plan,) = module._PLANS.values()
+    launch, constexprs = plan.piece
+    assert plan.merge is None and constexprs["MERGE_PROGRAMS"]
+    assert launch.grid[0] == plan.programs + len(lengths) * (512 // constexprs["COMBINE_D"])
+    assert int(plan.counters.abs().sum()) == 0 and int(plan.merge_done.abs().sum()) == 0
+
+
+def test_merge_programs_tile_on_a_gpu():
+    """About as many merge programs as piece programs, each with a tile of at most 4096 elements."""
+    module = load_module_from_path(family().path, "flashdecode_tiles")
+    for programs, batch, typical in [(264, 1, 264), (196, 16, 13), (278, 64, 5), (40, 64, 1)]:
+        pieces_, columns = module._merge_programs_tile(programs, batch, typical, 16, 512, False)
+        blocks = 512 // columns
+        assert 512 % columns == 0 and columns >= 8 and pieces_ >= 1 and pieces_ * 16 * columns <= 4096
+        assert batch * blocks <= max(programs, batch) * 2
+

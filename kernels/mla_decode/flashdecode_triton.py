@@ -32,6 +32,15 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
   COMBINE "launch": a second kernel, grid (batch, column blocks), merges each request's pieces:
                     lse = M + log2(sum_s 2^(lse_s - M)), output = sum_s 2^(lse_s - lse) * out_s.
                     Not launched when every request is one piece (known from the shapes).
+  COMBINE "ctas":   the same merge by merge programs appended to the pieces' grid (batch x column
+                    blocks, one launch in all): each piece of a longer request counts itself done
+                    (release, after a CTA barrier); a merge program spins on its request's count
+                    (one thread's acquire load, shared with the CTA by a barrier) and reads the pieces
+                    past L1. The merge programs rely on NVIDIA GPUs starting blocks in grid order
+                    (observed behaviour that stream-K and decoupled look-back also rely on, not a
+                    documented guarantee): every piece program has started before a merge program
+                    can spin, so none waits for a slot. Made for batch 1 under events timing, where
+                    the second launch's host time showed (2026-11-30). Not yet run on a GPU.
 
 Host path: the timed call must be launches only. run() keeps one plan per (device, batch_size,
 num_kv_indices): parameters (from DISPATCH or PARAMS), CHUNK, grids, workspace views; after the
@@ -63,7 +72,8 @@ import triton.language as tl
 #   BLOCK_N           KV tokens per loop step
 #   MIN_CHUNK_BLOCKS  the fewest loop steps a piece is given (CHUNK >= MIN_CHUNK_BLOCKS * BLOCK_N)
 #   PROGRAMS_PER_SM   programs per multiprocessor that big batches are cut into
-#   COMBINE           "last": the last piece of a request merges it (one launch); "launch": a merge kernel
+#   COMBINE           "last": the last piece of a request merges it (one launch); "launch": a merge kernel;
+#                     "ctas": merge programs in the pieces' launch
 #   FAST_LAUNCH       launch compiled kernels directly after the first call of a shape
 #   num_warps, num_stages   the main kernel's launch options
 PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}
@@ -115,25 +125,14 @@ def _pieces_before(kv_indptr_ptr, batch_size, chunk, pid, COUNT_B: tl.constexpr)
     return b, first, total
 
 
-# Integer arguments that change from call to call are not specialised (== 1, multiple of 16): one
-# compiled kernel serves every shape, which the direct launches rely on.
-@triton.jit(do_not_specialize=["batch_size", "total_tokens", "chunk"])
-def _fd_piece_kernel(
-    q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
-    part_o_ptr, part_lse_ptr, counter_ptr,
-    qk_scale,  # sm_scale * log2(e)
-    batch_size, total_tokens, chunk,
-    NUM_HEADS: tl.constexpr,  # tensors are contiguous: q_nope [B, H, D_CKV], q_pe [B, H, D_KPE],
-    D_CKV: tl.constexpr,  # ckv [pages, 1, D_CKV], kpe [pages, 1, D_KPE], output [B, H, D_CKV],
-    D_KPE: tl.constexpr,  # lse [B, H]; part_o [slots, H, D_CKV], part_lse [slots, H]
-    BLOCK_H: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SINGLE: tl.constexpr,  # batch_size == 1: the request is [0, total_tokens)
-    LAST_MERGES: tl.constexpr,  # COMBINE == "last"
-    COUNT_B: tl.constexpr,
-    INTERPRETED: tl.constexpr,
-):
-    pid = tl.program_id(0)
+@triton.jit
+def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
+           part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, batch_size, total_tokens, chunk,
+           NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr,
+           BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, LAST_MERGES: tl.constexpr, COUNT_DONE: tl.constexpr,
+           COUNT_B: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Piece `pid` of the batch (see the module docstring); COUNT_DONE: a piece of a longer request
+    adds 1 to its request's counter once its partial result is stored (for the merge programs)."""
     if SINGLE:
         zero = pid * 0
         b = zero
@@ -208,6 +207,11 @@ def _fd_piece_kernel(
             tl.store(part_o_ptr + slot * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :], o,
                      mask=mask_h[:, None])
             tl.store(part_lse_ptr + slot * NUM_HEADS + offs_h, piece_lse, mask=mask_h)
+            if COUNT_DONE:
+                # Every thread's stores above come before the count (barrier, then a release by the
+                # atomic); a merge program's acquire of the full count orders its reads after them.
+                tl.debug_barrier()
+                tl.atomic_add(counter_ptr + b, 1, sem="release")
             if LAST_MERGES:
                 # Every thread's stores above come before the ticket (barrier, then a release by the
                 # atomic); the last ticket's acquire orders the reads of the other pieces after it.
@@ -241,6 +245,141 @@ def _fd_piece_kernel(
                     tl.atomic_xchg(counter_ptr + b, 0)  # ready for the next call
 
 
+@triton.jit
+def _request_pieces(kv_indptr_ptr, b, total_tokens, chunk, SINGLE: tl.constexpr, COUNT_B: tl.constexpr):
+    """(first, n_pieces): request b's pieces are workspace slots first .. first + n_pieces - 1."""
+    if SINGLE:
+        first = 0
+        n_pieces = tl.maximum((total_tokens + chunk - 1) // chunk, 1)
+    else:
+        # Pieces of the requests before b, the same count as the piece kernel's.
+        first = 0
+        for i in range(0, b, COUNT_B):
+            offs = i + tl.arange(0, COUNT_B)
+            valid = offs < b
+            starts = tl.load(kv_indptr_ptr + offs, mask=valid, other=0)
+            ends = tl.load(kv_indptr_ptr + offs + 1, mask=valid, other=0)
+            first += tl.sum(tl.where(valid, tl.maximum((ends - starts + chunk - 1) // chunk, 1), 0), axis=0)
+        start = tl.load(kv_indptr_ptr + b)
+        end = tl.load(kv_indptr_ptr + b + 1)
+        n_pieces = tl.maximum((end - start + chunk - 1) // chunk, 1)
+    return first, n_pieces
+
+
+@triton.jit
+def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                  NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, LSE_S: tl.constexpr,
+                  COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr, CACHE: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Columns d_blk * COMBINE_D .. of request b's output (and its lse, at d_blk 0), merged from its
+    n_pieces > 1 pieces:  lse = M + log2(sum_s 2^(lse_s - M)),  output = sum_s 2^(lse_s - lse) * out_s.
+    CACHE: the pieces' loads' cache modifier (".cg", past L1, where other programs of the same launch
+    wrote them)."""
+    last = first + n_pieces - 1  # inclusive
+    offs_h = tl.arange(0, BLOCK_H)
+    mask_h = offs_h < NUM_HEADS
+    # Pass 1, over the pieces' lse only: per head m = max lse_s, l = sum 2^(lse_s - m) (online).
+    offs_sl = tl.arange(0, LSE_S)
+    m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for s0 in range(first, last + 1, LSE_S):
+        slot = (s0 + offs_sl).to(tl.int64)
+        valid = (slot <= last)[:, None] & mask_h[None, :]
+        piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
+                            other=float("-inf"), cache_modifier=CACHE)
+        m_new = tl.maximum(m, tl.max(piece_lse, axis=0))
+        m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first step has a piece)
+        l_sum = l_sum * tl.exp2(m - m_new) + tl.sum(tl.exp2(piece_lse - m_new[None, :]), axis=0)
+        m = m_new
+    l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
+    # Pass 2: output = sum_s 2^(lse_s - m) / l * out_s, COMBINE_D columns of all heads.
+    offs_s = tl.arange(0, COMBINE_S)
+    offs_d = d_blk * COMBINE_D + tl.arange(0, COMBINE_D)
+    acc = tl.zeros([BLOCK_H, COMBINE_D], dtype=tl.float32)
+    for s0 in range(first, last + 1, COMBINE_S):
+        slot = (s0 + offs_s).to(tl.int64)
+        valid = (slot <= last)[:, None] & mask_h[None, :]
+        piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
+                            other=float("-inf"), cache_modifier=CACHE)
+        w = tl.exp2(piece_lse - m[None, :]) / l_sum[None, :]  # [COMBINE_S, BLOCK_H], 0 where masked
+        o = tl.load(part_o_ptr + slot[:, None, None] * (NUM_HEADS * D_CKV) + offs_h[None, :, None] * D_CKV
+                    + offs_d[None, None, :], mask=valid[:, :, None], other=0.0,
+                    cache_modifier=CACHE)  # [S, H, D]
+        acc += tl.sum(w[:, :, None] * o, axis=0)
+    if INTERPRETED:
+        o_out = _bf16_rne(acc)
+    else:
+        o_out = acc.to(out_ptr.dtype.element_ty)
+    b64 = b.to(tl.int64)
+    tl.store(out_ptr + b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_d[None, :], o_out,
+             mask=mask_h[:, None])
+    if d_blk == 0:
+        tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
+
+
+@triton.jit
+def _merge_program(idx, kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr,
+                   total_tokens, chunk, NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr,
+                   SINGLE: tl.constexpr, LSE_S: tl.constexpr, COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr,
+                   COUNT_B: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Merge program idx of COMBINE "ctas" (request idx // columns, column block idx % columns): waits
+    until every piece of its request has counted itself done, merges, and the request's last merge
+    program to finish resets both counters for the next call. The merge programs come after every
+    piece program in the grid; blocks start in grid order (observed, not guaranteed: see the module
+    docstring), so when one spins, every piece program has started or finished."""
+    n_col: tl.constexpr = D_CKV // COMBINE_D
+    b = idx // n_col
+    d_blk = idx % n_col
+    first, n_pieces = _request_pieces(kv_indptr_ptr, b, total_tokens, chunk, SINGLE, COUNT_B)
+    if n_pieces > 1:
+        done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
+        while done < n_pieces:
+            done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
+        _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                      BLOCK_H, LSE_S, COMBINE_S, COMBINE_D, ".cg", INTERPRETED)
+        finished = tl.atomic_add(merge_done_ptr + b, 1, sem="acq_rel")
+        if finished == n_col - 1:
+            tl.atomic_xchg(counter_ptr + b, 0)
+            tl.atomic_xchg(merge_done_ptr + b, 0)
+
+
+# Integer arguments that change from call to call are not specialised (== 1, multiple of 16): one
+# compiled kernel serves every shape, which the direct launches rely on.
+@triton.jit(do_not_specialize=["batch_size", "total_tokens", "chunk", "n_programs"])
+def _fd_piece_kernel(
+    q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
+    part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr,
+    qk_scale,  # sm_scale * log2(e)
+    batch_size, total_tokens, chunk, n_programs,
+    NUM_HEADS: tl.constexpr,  # tensors are contiguous: q_nope [B, H, D_CKV], q_pe [B, H, D_KPE],
+    D_CKV: tl.constexpr,  # ckv [pages, 1, D_CKV], kpe [pages, 1, D_KPE], output [B, H, D_CKV],
+    D_KPE: tl.constexpr,  # lse [B, H]; part_o [slots, H, D_CKV], part_lse [slots, H]
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SINGLE: tl.constexpr,  # batch_size == 1: the request is [0, total_tokens)
+    LAST_MERGES: tl.constexpr,  # COMBINE == "last"
+    COUNT_B: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+    MERGE_PROGRAMS: tl.constexpr,  # COMBINE == "ctas": programs n_programs .. merge the pieces
+    LSE_S: tl.constexpr,  # the merge programs' tiles (as the merge kernel's)
+    COMBINE_S: tl.constexpr,
+    COMBINE_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if MERGE_PROGRAMS:
+        if pid >= n_programs:
+            _merge_program(pid - n_programs, kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                           counter_ptr, merge_done_ptr, total_tokens, chunk, NUM_HEADS, D_CKV, BLOCK_H,
+                           SINGLE, LSE_S, COMBINE_S, COMBINE_D, COUNT_B, INTERPRETED)
+        else:
+            _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
+                   part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, batch_size, total_tokens, chunk,
+                   NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, True, COUNT_B, INTERPRETED)
+    else:
+        _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
+               part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, batch_size, total_tokens, chunk,
+               NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, False, COUNT_B, INTERPRETED)
+
+
 @triton.jit(do_not_specialize=["batch_size", "total_tokens", "chunk"])
 def _fd_merge_kernel(
     kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
@@ -257,61 +396,10 @@ def _fd_merge_kernel(
 ):
     b = tl.program_id(0)
     d_blk = tl.program_id(1)
-    if SINGLE:
-        first = 0
-        n_pieces = tl.maximum((total_tokens + chunk - 1) // chunk, 1)
-    else:
-        # Pieces of the requests before b, the same count as the piece kernel's.
-        first = 0
-        for i in range(0, b, COUNT_B):
-            offs = i + tl.arange(0, COUNT_B)
-            valid = offs < b
-            starts = tl.load(kv_indptr_ptr + offs, mask=valid, other=0)
-            ends = tl.load(kv_indptr_ptr + offs + 1, mask=valid, other=0)
-            first += tl.sum(tl.where(valid, tl.maximum((ends - starts + chunk - 1) // chunk, 1), 0), axis=0)
-        start = tl.load(kv_indptr_ptr + b)
-        end = tl.load(kv_indptr_ptr + b + 1)
-        n_pieces = tl.maximum((end - start + chunk - 1) // chunk, 1)
+    first, n_pieces = _request_pieces(kv_indptr_ptr, b, total_tokens, chunk, SINGLE, COUNT_B)
     if n_pieces > 1:  # a request cut into pieces: merge them
-        last = first + n_pieces - 1  # inclusive
-        offs_h = tl.arange(0, BLOCK_H)
-        mask_h = offs_h < NUM_HEADS
-        # Pass 1, over the pieces' lse only: per head m = max lse_s, l = sum 2^(lse_s - m) (online).
-        offs_sl = tl.arange(0, LSE_S)
-        m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-        l_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
-        for s0 in range(first, last + 1, LSE_S):
-            slot = (s0 + offs_sl).to(tl.int64)
-            valid = (slot <= last)[:, None] & mask_h[None, :]
-            piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
-                                other=float("-inf"))
-            m_new = tl.maximum(m, tl.max(piece_lse, axis=0))
-            m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first step has a piece)
-            l_sum = l_sum * tl.exp2(m - m_new) + tl.sum(tl.exp2(piece_lse - m_new[None, :]), axis=0)
-            m = m_new
-        l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
-        # Pass 2: output = sum_s 2^(lse_s - m) / l * out_s, COMBINE_D columns of all heads.
-        offs_s = tl.arange(0, COMBINE_S)
-        offs_d = d_blk * COMBINE_D + tl.arange(0, COMBINE_D)
-        acc = tl.zeros([BLOCK_H, COMBINE_D], dtype=tl.float32)
-        for s0 in range(first, last + 1, COMBINE_S):
-            slot = (s0 + offs_s).to(tl.int64)
-            valid = (slot <= last)[:, None] & mask_h[None, :]
-            piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
-                                other=float("-inf"))
-            w = tl.exp2(piece_lse - m[None, :]) / l_sum[None, :]  # [COMBINE_S, BLOCK_H], 0 where masked
-            o = tl.load(part_o_ptr + slot[:, None, None] * (NUM_HEADS * D_CKV) + offs_h[None, :, None] * D_CKV
-                        + offs_d[None, None, :], mask=valid[:, :, None], other=0.0)  # [S, H, D]
-            acc += tl.sum(w[:, :, None] * o, axis=0)
-        if INTERPRETED:
-            o_out = _bf16_rne(acc)
-        else:
-            o_out = acc.to(out_ptr.dtype.element_ty)
-        b64 = b.to(tl.int64)
-        tl.store(out_ptr + b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_d[None, :], o_out,
-                 mask=mask_h[:, None])
-        if d_blk == 0:
-            tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
+        _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                      BLOCK_H, LSE_S, COMBINE_S, COMBINE_D, "", INTERPRETED)
 
 
 # Whether triton.jit gave interpreted functions (TRITON_INTERPRET=1 when triton was imported).
@@ -328,19 +416,20 @@ def _multiprocessors(device):
 
 
 def _workspace(device, slots, batch_size, num_heads, d_ckv):
-    """(part_o [slots, heads, d_ckv] fp32, part_lse [slots, heads] fp32, counters [batch] int32 zeros),
-    views of cached buffers. Sizes are rounded up to powers of two, so a handful of buffers serve every
-    workload; none is ever freed or resized, so a CUDA graph that captured one keeps valid memory.
-    The counters are zero between calls: the program that takes a request's last ticket resets it."""
+    """(part_o [slots, heads, d_ckv] fp32, part_lse [slots, heads] fp32, counters [batch] int32 zeros,
+    merge_done [batch] int32 zeros), views of cached buffers. Sizes are rounded up to powers of two, so
+    a handful of buffers serve every workload; none is ever freed or resized, so a CUDA graph that
+    captured one keeps valid memory. The counters are zero between calls: the program that takes a
+    request's last ticket ("last"), or its last merge program ("ctas"), resets them."""
     cap = triton.next_power_of_2(max(slots, 64))
     cap_b = triton.next_power_of_2(max(batch_size, 64))
     key = (str(device), cap, cap_b, num_heads, d_ckv)
     if key not in _WORKSPACE:
         _WORKSPACE[key] = (torch.empty((cap, num_heads, d_ckv), dtype=torch.float32, device=device),
                            torch.empty((cap, num_heads), dtype=torch.float32, device=device),
-                           torch.zeros((cap_b,), dtype=torch.int32, device=device))
+                           torch.zeros((2, cap_b), dtype=torch.int32, device=device))
     part_o, part_lse, counters = _WORKSPACE[key]
-    return part_o[:slots], part_lse[:slots], counters[:batch_size]
+    return part_o[:slots], part_lse[:slots], counters[0, :batch_size], counters[1, :batch_size]
 
 
 def _combine_tile(pieces_per_request, block_h, d_ckv, interpreted):
@@ -351,6 +440,20 @@ def _combine_tile(pieces_per_request, block_h, d_ckv, interpreted):
         return 16, d_ckv
     pieces = min(32, max(4, triton.next_power_of_2(pieces_per_request)))
     columns = min(d_ckv, max(8, COMBINE_TILE // (block_h * pieces)))
+    return pieces, columns
+
+
+def _merge_programs_tile(programs, batch_size, pieces_per_request, block_h, d_ckv, interpreted):
+    """(pieces, columns) of the merge programs' tile at COMBINE "ctas": they run in the pieces' launch,
+    with its registers and shared memory, so about as many as there are piece programs (batch x
+    column blocks), each with a tile of at most 4096 fp32 elements. Under the interpreter: as
+    _combine_tile."""
+    if interpreted:
+        return _combine_tile(pieces_per_request, block_h, d_ckv, interpreted)
+    column_blocks = min(d_ckv // 8, max(triton.next_power_of_2(max(1, programs // batch_size)),
+                                        triton.cdiv(d_ckv * block_h, 4096)))
+    columns = d_ckv // column_blocks
+    pieces = max(1, min(32, triton.next_power_of_2(pieces_per_request), 4096 // (block_h * columns)))
     return pieces, columns
 
 
@@ -422,7 +525,7 @@ def _current_stream(device_index):
 
 
 class _Plan:
-    __slots__ = ("chunk", "programs", "piece", "merge", "part_o", "part_lse", "counters", "single")
+    __slots__ = ("chunk", "programs", "piece", "merge", "part_o", "part_lse", "counters", "merge_done", "single")
 
 
 def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
@@ -431,22 +534,30 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     chunk, programs = plan(batch_size, total, sms, p)
     pl = _Plan()
     pl.chunk, pl.programs, pl.single = chunk, programs, batch_size == 1
-    pl.part_o, pl.part_lse, pl.counters = _workspace(device, programs, batch_size, num_heads, d_ckv)
+    pl.part_o, pl.part_lse, pl.counters, pl.merge_done = _workspace(device, programs, batch_size, num_heads, d_ckv)
     block_h = max(16, triton.next_power_of_2(num_heads))
     # One program reads all pieces of its request in the last-piece merge (~1 us per piece): a single
     # request in many pieces is merged by the merge kernel instead, whose programs share the work.
     last = p["COMBINE"] == "last" and not (pl.single and triton.cdiv(total, chunk) > LAST_MAX_PIECES)
+    several = total > chunk  # some request has several pieces unless the chunk holds the whole batch
+    ctas = p["COMBINE"] == "ctas" and several
+    # pieces of a request: all of them for batch 1, about the average otherwise
+    typical = triton.cdiv(total, chunk) if pl.single else triton.cdiv(programs, batch_size) + 1
+    if ctas:
+        combine_s, combine_d = _merge_programs_tile(programs, batch_size, typical, block_h, d_ckv, interpreted)
+    else:
+        combine_s, combine_d = _combine_tile(typical, block_h, d_ckv, interpreted)
     fast = bool(p["FAST_LAUNCH"]) and not interpreted
     constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=block_h, BLOCK_N=p["BLOCK_N"],
-                      SINGLE=pl.single, LAST_MERGES=last, COUNT_B=COUNT_B, INTERPRETED=interpreted)
-    pl.piece = (_Launch(_fd_piece_kernel, (programs, 1, 1),
+                      SINGLE=pl.single, LAST_MERGES=last, COUNT_B=COUNT_B, INTERPRETED=interpreted,
+                      MERGE_PROGRAMS=ctas, LSE_S=COMBINE_LSE_S,  # the tile only where used (one compiled kernel)
+                      COMBINE_S=combine_s if ctas else 1, COMBINE_D=combine_d if ctas else d_ckv)
+    # "ctas": the merge programs (batch x column blocks, the merge kernel's grid) follow the pieces
+    grid = programs + (batch_size * (d_ckv // combine_d) if ctas else 0)
+    pl.piece = (_Launch(_fd_piece_kernel, (grid, 1, 1),
                         {"num_warps": p["num_warps"], "num_stages": p["num_stages"]}, fast), constexprs)
-    # Some request has several pieces unless the chunk holds the whole batch.
     pl.merge = None
-    if not last and total > chunk:
-        # pieces of a request: all of them for batch 1, about the average otherwise
-        typical = triton.cdiv(total, chunk) if pl.single else triton.cdiv(programs, batch_size) + 1
-        combine_s, combine_d = _combine_tile(typical, block_h, d_ckv, interpreted)
+    if not last and not ctas and several:
         merge_constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, BLOCK_H=block_h, SINGLE=pl.single,
                                 LSE_S=COMBINE_LSE_S, COMBINE_S=combine_s, COMBINE_D=combine_d, COUNT_B=COUNT_B,
                                 INTERPRETED=interpreted)
@@ -490,9 +601,9 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
         return None
     launch, c = pl.piece
     launch((q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, output, lse, pl.part_o, pl.part_lse,
-            pl.counters, float(sm_scale) * LOG2E, batch_size, total, pl.chunk,
+            pl.counters, pl.merge_done, float(sm_scale) * LOG2E, batch_size, total, pl.chunk, pl.programs,
             c["NUM_HEADS"], c["D_CKV"], c["D_KPE"], c["BLOCK_H"], c["BLOCK_N"], c["SINGLE"], c["LAST_MERGES"],
-            c["COUNT_B"], c["INTERPRETED"]), aligned)
+            c["COUNT_B"], c["INTERPRETED"], c["MERGE_PROGRAMS"], c["LSE_S"], c["COMBINE_S"], c["COMBINE_D"]), aligned)
     if pl.merge is not None:
         launch, c = pl.merge
         launch((kv_indptr, output, lse, pl.part_o, pl.part_lse, batch_size, total, pl.chunk,
