@@ -156,6 +156,21 @@ def apply_params(source: str, params: dict[str, Any]) -> str:
     return text
 
 
+def load_variants(kernel: Path, points: list[dict[str, Any]], folder: Path, prefix: str) -> list[tuple[dict, Any]]:
+    """(point, module) for each point: the kernel file with its PARAMS rewritten (`apply_params`),
+    written into `folder` and imported from there, so every variant is a file of its own; {} imports
+    the file's text unchanged."""
+    from evoteam.task import load_module_from_path
+
+    source = kernel.read_text()
+    variants = []
+    for i, point in enumerate(points):
+        path = folder / f"{kernel.stem}_p{i}.py"
+        path.write_text(apply_params(source, point) if point else source)
+        variants.append((point, load_module_from_path(path, f"{prefix}_{kernel.stem}_p{i}")))
+    return variants
+
+
 def _task_folder(task: Any) -> Path:
     if isinstance(task, Path):
         return task

@@ -2,7 +2,9 @@
 # Issue 7's measurements of the MLA decode kernel family on one NVIDIA GPU (the lent H200).
 #   probe    where the time goes: host cost per call, events vs graph-replay device time, compiled
 #            kernels' registers/spills/shared memory; the family default and the champion (if any)
-#            next to FlashInfer (scripts/mla_probe.py; about 2 minutes)
+#            next to FlashInfer (scripts/mla_probe.py; about 2 minutes). PROBE_POINTS: JSON list of
+#            PARAMS overrides (e.g. '[{"COMBINE":"launch"},{"COMBINE":"ctas"}]'); PROBE_WORKLOADS:
+#            uuid prefixes instead of the default six
 #   sweep1, sweep2   the flashdecode family's space (families.json), half each: every point on all 47
 #            workloads with FlashInfer timed side by side at every point (--time-baseline: on 2026-11-30
 #            one FlashInfer timing per workload, reused by all 16 points, made the sweep predict 1.171x
@@ -39,6 +41,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 echo "champion: $champion"
+probe_points=${PROBE_POINTS:-'[{}]'}
 bench() { python3 -m evoteam.bench "$@"; }
 sweep() {  # $1: shard, $2: json name, then more sweep_family.py arguments; $SWEEP_ARGS too (e.g. --space)
   local timing=${SWEEP_TIMING:-events} time_baseline=
@@ -55,7 +58,8 @@ for part in $parts; do
     probe)
       kernels=$family
       [ "$champion" != "$family" ] && kernels="$family $champion"
-      python3 scripts/mla_probe.py $kernels --deadline ${PROBE_DEADLINE:-240} --json "$out/probe.json" 2>&1 | tee "$out/probe.log" ;;
+      python3 scripts/mla_probe.py $kernels --deadline ${PROBE_DEADLINE:-240} --points "$probe_points" \
+        ${PROBE_WORKLOADS:+--workloads $PROBE_WORKLOADS} --json "$out/probe.json" 2>&1 | tee "$out/probe.log" ;;
     sweep[1-9])  # shard K of ${SWEEP_SHARDS:-2}
       k=${part#sweep}
       sweep "$k/${SWEEP_SHARDS:-2}" "$part.json" 2>&1 | tee "$out/$part.log" ;;

@@ -72,21 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from evoteam import baselines, hardware, timing
-    from evoteam.families import apply_params
-    from evoteam.task import load_module_from_path, load_task, select_workloads, shape_label
+    from evoteam.families import load_variants
+    from evoteam.task import load_task, select_workloads, shape_label
 
     hw = hardware.resolve("auto")
     task = load_task("kda_prefill")
     workloads = select_workloads(task.scaled_workloads("full"), args.workloads)
     device = hw.torch_device
-    points = json.loads(args.points)
-    tmp = Path(tempfile.mkdtemp(prefix="kda-probe-"))
-    source = Path(args.kernel).read_text()
-    modules = {}
-    for i, point in enumerate(points):
-        path = tmp / f"{Path(args.kernel).stem}_p{i}.py"
-        path.write_text(apply_params(source, point) if point else source)
-        modules[json.dumps(point, separators=(",", ":"))] = load_module_from_path(path, f"kda_probe_{i}")
+    variants = load_variants(Path(args.kernel), json.loads(args.points), Path(tempfile.mkdtemp(prefix="kda-probe-")),
+                             "kda_probe")
+    modules = {json.dumps(point, separators=(",", ":")): module for point, module in variants}
     fla = None
     if args.fla:
         try:

@@ -2,7 +2,9 @@
 call, device time with events (the harness's mode) and with graph replay, resources of the compiled
 kernels. For the design note's prediction-versus-measurement table; not a verdict (use evoteam.bench).
 
-    python scripts/mla_probe.py [KERNEL.py ...] [--workloads PREFIX ...] [--json OUT.json]
+    python scripts/mla_probe.py [KERNEL.py ...] [--points '[{}, {"COMBINE": "ctas"}]'] [--workloads PREFIX ...] [--json OUT.json]
+
+--points rewrites each kernel file's PARAMS (a DISPATCH entry, as in a champion, still wins for its shapes).
 
 For each kernel file (default: kernels/mla_decode/flashdecode_triton.py) and each workload (default:
 one small and one large of each batch size), on fresh random inputs:
@@ -20,6 +22,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +36,8 @@ DEFAULT_WORKLOADS = ["00cb2bc2", "53a7dfec", "a128f96f", "84221f45", "45be562f",
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("kernels", nargs="*", default=[str(ROOT / "kernels/mla_decode/flashdecode_triton.py")])
+    p.add_argument("--points", default="[{}]",
+                   help='JSON list of PARAMS overrides applied to each kernel file, e.g. \'[{}, {"COMBINE": "ctas"}]\'')
     p.add_argument("--workloads", nargs="*", default=DEFAULT_WORKLOADS)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--json", type=Path)
@@ -47,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from evoteam import baselines, hardware, timing
-    from evoteam.task import load_module_from_path, load_task, select_workloads, shape_label
+    from evoteam.families import load_variants
+    from evoteam.task import load_task, select_workloads, shape_label
 
     hw = hardware.resolve("auto")
     task = load_task("mla_decode")
@@ -60,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         fns["flashinfer"] = fi
     except Exception as exc:  # noqa: BLE001
         print(f"flashinfer unavailable: {exc}")
-    modules = {Path(k).stem: load_module_from_path(Path(k).resolve(), f"probe_{i}") for i, k in enumerate(args.kernels)}
+    folder = Path(tempfile.mkdtemp(prefix="mla-probe-"))
+    modules = {}
+    for kernel in args.kernels:
+        for point, module in load_variants(Path(kernel).resolve(), json.loads(args.points), folder, "mla_probe"):
+            modules[Path(kernel).stem + (json.dumps(point, separators=(",", ":")) if point else "")] = module
 
     # Device time of one flush: what host work can hide behind in events mode.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

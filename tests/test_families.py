@@ -17,7 +17,7 @@ from mla_inputs import assert_matches_reference, mla_inputs  # noqa: E402
 
 from evoteam.anticheat import foreign_kernels, jit_function_names, scan_source  # noqa: E402
 from evoteam.check import check_kernel  # noqa: E402
-from evoteam.families import Family, apply_params, load_families, read_params  # noqa: E402
+from evoteam.families import Family, apply_params, load_families, load_variants, read_params  # noqa: E402
 from evoteam.task import available_tasks, load_module_from_path, load_task  # noqa: E402
 
 FAMILY_NAMES = {"mla_decode": {"seed", "splitkv"}, "kda_prefill": {"seed"}}
@@ -258,3 +258,14 @@ def test_kda_seed_at_another_point(tmp_path):
         result = check_kernel(KDA, w, module.run, trials=3, seed=4300, device="cpu")
     assert result.passed, result.summary()
     assert result.errors["final_state"].rel_norm < 1e-5 and result.errors["o"].rel_norm < 1e-3
+
+
+def test_load_variants_writes_one_file_per_point(tmp_path):
+    """The probes' variants: the family file with PARAMS rewritten, each imported from its own file."""
+    f = family("mla_decode", "flashdecode")
+    variants = load_variants(f.path, [{}, {"COMBINE": "ctas"}], tmp_path, "t")
+    assert [point for point, _ in variants] == [{}, {"COMBINE": "ctas"}]
+    assert variants[0][1].PARAMS == f.default and variants[1][1].PARAMS == {**f.default, "COMBINE": "ctas"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["flashdecode_triton_p0.py", "flashdecode_triton_p1.py"]
+    with pytest.raises(ValueError, match="unknown parameters"):
+        load_variants(f.path, [{"NOT_A_PARAM": 1}], tmp_path, "t")
