@@ -17,7 +17,6 @@ fresh random inputs (the task's make_inputs):
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -53,21 +52,14 @@ def kernel_times(fn, device, calls: int = 5) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from evoteam import probes
+
+    p = probes.parser(__doc__.splitlines()[0], DEFAULT_WORKLOADS, reps=20)
     p.add_argument("kernel", nargs="?", default=str(ROOT / "kernels/kda_prefill/chunk_triton.py"))
-    p.add_argument("--points", default="[{}]", help="JSON list of PARAMS overrides")
-    p.add_argument("--workloads", nargs="*", default=DEFAULT_WORKLOADS)
-    p.add_argument("--reps", type=int, default=20)
     p.add_argument("--fla", action="store_true", help="time fla's chunk_kda too (first call per shape autotunes)")
     p.add_argument("--check", action="store_true", help="errors against the fp32 reference (slow on long sequences)")
-    p.add_argument("--json", type=Path)
-    p.add_argument("--deadline", type=float, default=0,
-                   help="seconds after which every thread's stack is printed and the probe exits (a hung kernel)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.deadline > 0:
-        import faulthandler
-
-        faulthandler.dump_traceback_later(args.deadline, exit=True)
+    probes.arm_deadline(args.deadline)
 
     import torch
 
@@ -122,13 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(2):
                 fn(0)
             torch.cuda.synchronize()
-            host = []
-            for _ in range(args.reps):
-                torch.cuda._sleep(2_000_000)  # keep the GPU busy so that launches never wait
-                t0 = time.perf_counter()
-                fn(0)
-                host.append((time.perf_counter() - t0) * 1e6)
-                torch.cuda.synchronize()
+            host = probes.host_us(fn, args.reps)
             ev = timing.measure({name: fn}, device=device, mode="events", warmup=3, reps=args.reps)[name]
             gr = timing.measure({name: fn}, device=device, mode="graph", warmup=2, reps=5)[name]
             try:
@@ -136,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001 - the breakdown is a nicety
                 per = {f"profiler failed: {type(exc).__name__}": 0.0}
             row = {"workload": w.uuid[:8], "shape": shape_label(w), "kernel": name, "first_call_s": first_s,
-                   "host_us": statistics.median(host), "events_us": ev.median_ms * 1e3,
+                   "host_us": host, "events_us": ev.median_ms * 1e3,
                    "graph_us": gr.median_ms * 1e3, "graph_mode": gr.mode, "floor_us": floor_us,
                    "per_launch_us": per}
             if ref is not None:

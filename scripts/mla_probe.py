@@ -18,9 +18,7 @@ and for Triton kernels the registers, spills and shared memory of each compiled 
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -34,20 +32,12 @@ DEFAULT_WORKLOADS = ["00cb2bc2", "53a7dfec", "a128f96f", "84221f45", "45be562f",
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("kernels", nargs="*", default=[str(ROOT / "kernels/mla_decode/flashdecode_triton.py")])
-    p.add_argument("--points", default="[{}]",
-                   help='JSON list of PARAMS overrides applied to each kernel file, e.g. \'[{}, {"COMBINE": "ctas"}]\'')
-    p.add_argument("--workloads", nargs="*", default=DEFAULT_WORKLOADS)
-    p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--json", type=Path)
-    p.add_argument("--deadline", type=float, default=0,
-                   help="seconds after which every thread's stack is printed and the probe exits (a hung kernel)")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.deadline > 0:
-        import faulthandler
+    from evoteam import probes
 
-        faulthandler.dump_traceback_later(args.deadline, exit=True)
+    p = probes.parser(__doc__.splitlines()[0], DEFAULT_WORKLOADS, reps=30)
+    p.add_argument("kernels", nargs="*", default=[str(ROOT / "kernels/mla_decode/flashdecode_triton.py")])
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    probes.arm_deadline(args.deadline)
 
     import torch
 
@@ -112,19 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
         ref = task.reference(inputs)
         for name, fn in callables.items():
-            host = []
-            for _ in range(args.reps):
-                torch.cuda._sleep(2_000_000)  # keep the GPU busy so that launches never wait
-                t0 = time.perf_counter()
-                fn(0)
-                host.append((time.perf_counter() - t0) * 1e6)
-                torch.cuda.synchronize()
+            host = probes.host_us(fn, args.reps)
             ev = timing.measure({name: fn}, device=device, mode="events", warmup=5, reps=args.reps)[name]
             gr = timing.measure({name: fn}, device=device, mode="graph", warmup=3, reps=10)[name]
             err = ((outs[name]["output"].double() - ref["output"].double()).norm()
                    / ref["output"].double().norm()).item()
             row = {"workload": w.uuid[:8], "shape": shape_label(w), "kernel": name,
-                   "host_us": statistics.median(host), "events_us": ev.median_ms * 1e3, "graph_us": gr.median_ms * 1e3,
+                   "host_us": host, "events_us": ev.median_ms * 1e3, "graph_us": gr.median_ms * 1e3,
                    "graph_mode": gr.mode, "floor_us": floor_us, "rel_err": err}
             rows.append(row)
             print(f"{row['workload']} {row['shape']:34} {name:24} host {row['host_us']:6.1f} us  events "
