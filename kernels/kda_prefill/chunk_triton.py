@@ -126,6 +126,19 @@ def _gate_block(g_raw, dt_bias, tok, m_t, i_h, o_k, b_a, lower_bound,
 
 
 @triton.jit
+def _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound,
+                 H, K: tl.constexpr, BOUNDED: tl.constexpr):
+    """(s0, G0, G1, gl) for key columns o_k: the log2 decay of block 0 in all, the cumulative log2
+    gates of both blocks' rows from the chunk's start ([BC, BK]), and G at the chunk's last row."""
+    g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+    g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+    s0 = tl.sum(g0, 0)
+    G0 = tl.cumsum(g0, 0)
+    G1 = tl.cumsum(g1, 0) + s0[None, :]
+    return s0, G0, G1, s0 + tl.sum(g1, 0)
+
+
+@triton.jit
 def _chunk_of_program(cu_seqlens, i_c, N, NP: tl.constexpr, BT: tl.constexpr):
     """(sequence, its first token, the chunk's first token, the sequence's end) of global chunk i_c;
     sequence == N when i_c is past the last chunk."""
@@ -198,11 +211,7 @@ def _intra_exact(q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound
         k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
         q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
         k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
-        g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
-        g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
-        s0 = tl.sum(g0, 0)
-        G0 = tl.cumsum(g0, 0)
-        G1 = tl.cumsum(g1, 0) + s0[None, :]
+        s0, G0, G1, _ = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
         e1 = tl.exp2(G1 - s0[None, :])
         k0f = tl.trans(_operand(k0 * tl.exp2(s0[None, :] - G0), A_LOWP, INTERP))
         a10q = tl.dot(_operand(q1 * e1, A_LOWP, INTERP), k0f, a10q)
@@ -265,12 +274,7 @@ def _intra_chunk(
         ssk0 += tl.sum(k0 * k0, 1)
         ssq1 += tl.sum(q1 * q1, 1)
         ssk1 += tl.sum(k1 * k1, 1)
-        g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
-        g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
-        s0 = tl.sum(g0, 0)
-        G0 = tl.cumsum(g0, 0)
-        G1 = tl.cumsum(g1, 0) + s0[None, :]
-        gl = s0 + tl.sum(g1, 0)  # G at the chunk's last row
+        s0, G0, G1, gl = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
         c0 = 0.5 * s0
         c1 = 0.5 * (s0 + gl)
         # The diagonal blocks' factors are at most 2^(range/2) for a block's decay range (-s0 for
@@ -336,12 +340,7 @@ def _intra_chunk(
     # ---- w = Tinv (b k exp(G)), qg = q exp(G), kd = k exp(G_last - G), exp(G_last)
     for kb in tl.static_range(K // BK):
         o_k = kb * BK + tl.arange(0, BK)
-        g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
-        g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
-        s0 = tl.sum(g0, 0)
-        G0 = tl.cumsum(g0, 0)
-        G1 = tl.cumsum(g1, 0) + s0[None, :]
-        gl = s0 + tl.sum(g1, 0)
+        _, G0, G1, gl = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
         eg0 = tl.exp2(G0)
         eg1 = tl.exp2(G1)
         p_ws0 = row0[:, None] * K + o_k[None, :]
