@@ -49,18 +49,18 @@ def results_from(path: Path) -> tuple[list[WorkloadResult], str, str | None]:
 
 
 def load_run(spec: str) -> tuple[str, dict, list[WorkloadResult]]:
-    """(label, request of the first file, results of all files) of LABEL=FILE[,FILE...]."""
+    """(label, {"task", "hardware"} of the first file, results of all files) of LABEL=FILE[,FILE...]:
+    bench --json reports (they name their hardware, which the % BW column needs)."""
     label, _, files = spec.partition("=")
     if not files:
         raise SystemExit(f"--run {spec!r}: expected LABEL=FILE[,FILE...]")
     request, results = None, []
     for name in files.split(","):
-        try:
-            data = json.loads(Path(name).read_text())
-        except (OSError, ValueError) as exc:
-            raise SystemExit(f"--run {label}: cannot read {name} ({exc}); give a JSON file written by evoteam.bench --json") from None
-        request = request or data["request"]
-        results += [WorkloadResult.from_json(r) for r in data["results"]]
+        rs, task_name, hardware_name = results_from(Path(name))
+        if hardware_name is None:
+            raise SystemExit(f"--run {label}: {name} names no hardware; give a JSON file written by evoteam.bench --json")
+        request = request or {"task": task_name, "hardware": hardware_name}
+        results += rs
     return label, request, results
 
 
