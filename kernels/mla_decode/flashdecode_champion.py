@@ -76,28 +76,28 @@ import triton.language as tl
 #                     "ctas": merge programs in the pieces' launch
 #   FAST_LAUNCH       launch compiled kernels directly after the first call of a shape
 #   num_warps, num_stages   the main kernel's launch options
-PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}
+PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}
 
 # Points of the family's space by workload shape, written by scripts/sweep_family.py:
 #   [[{"batch_size": B, "num_kv_indices": N, ...}, {params}], ...]
 # A call takes the entry of the nearest batch size, then the nearest token count (both on a log
 # scale); its params are merged over PARAMS. Empty: PARAMS for every shape.
 DISPATCH = [
-    [{"batch_size": 1, "num_kv_indices": 8}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 308}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 508}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 608}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 8}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 308}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 508}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 608}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
     [{"batch_size": 1, "num_kv_indices": 808}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
     [{"batch_size": 1, "num_kv_indices": 1008}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 1108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 1208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 1908}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 2408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 2708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 1108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 1208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 1908}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 2408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 1, "num_kv_indices": 2708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
     [{"batch_size": 16, "num_kv_indices": 457}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
     [{"batch_size": 16, "num_kv_indices": 1857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
     [{"batch_size": 16, "num_kv_indices": 2757}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
