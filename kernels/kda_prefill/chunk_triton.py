@@ -50,6 +50,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 # Tunable parameters (this family's default point).
 #   BV            value columns of the state per program of the state pass; 0: by the number of
@@ -112,7 +113,7 @@ def _operand(x, LOWP: tl.constexpr, INTERP: tl.constexpr):
 
 @triton.jit
 def _gate_block(g_raw, dt_bias, tok, m_t, i_h, o_k, b_a, lower_bound,
-                H, K: tl.constexpr, BOUNDED: tl.constexpr):
+                H, K: tl.constexpr, BOUNDED: tl.constexpr, INTERP: tl.constexpr):
     """Log2 of the decay of every row of the chunk for key columns o_k ([BT, BK] fp32, 0 on masked rows)."""
     b_bias = tl.load(dt_bias + i_h * K + o_k).to(tl.float32)
     p = (tok[:, None] * H + i_h) * K + o_k[None, :]
@@ -120,18 +121,26 @@ def _gate_block(g_raw, dt_bias, tok, m_t, i_h, o_k, b_a, lower_bound,
     if BOUNDED:
         b_g = (lower_bound * 1.4426950408889634) * tl.sigmoid(b_a * b_x)
     else:
-        # softplus with torch's threshold: x above 20 passes through
-        b_g = (-b_a * 1.4426950408889634) * tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(tl.minimum(b_x, 20.0))))
+        # log2e softplus(x) = max(x, 0) log2e + log2(1 + 2^(-|x| log2e)) with the hardware's approximate
+        # exp2 and log2 (relative error about 2^-22): the precise expf/logf took about 50 instructions
+        # per element, a quarter of the intra pass's (Triton 3.6, sm_90). Above x = 20 (torch's
+        # threshold, where it returns x) the second term is under 4e-9, below half an ulp of x.
+        e = tl.exp2(-tl.abs(b_x) * 1.4426950408889634)
+        if INTERP:
+            tail = tl.log2(1.0 + e)  # the interpreter has no libdevice
+        else:
+            tail = libdevice.fast_log2f(1.0 + e)
+        b_g = -b_a * (tl.maximum(b_x, 0.0) * 1.4426950408889634 + tail)
     return tl.where(m_t[:, None], b_g, 0.0)
 
 
 @triton.jit
 def _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound,
-                 H, K: tl.constexpr, BOUNDED: tl.constexpr):
+                 H, K: tl.constexpr, BOUNDED: tl.constexpr, INTERP: tl.constexpr):
     """(s0, G0, G1, gl) for key columns o_k: the log2 decay of block 0 in all, the cumulative log2
     gates of both blocks' rows from the chunk's start ([BC, BK]), and G at the chunk's last row."""
-    g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
-    g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+    g0 = _gate_block(g_raw, dt_bias, tok0, m0, i_h, o_k, b_a, lower_bound, H, K, BOUNDED, INTERP)
+    g1 = _gate_block(g_raw, dt_bias, tok1, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED, INTERP)
     s0 = tl.sum(g0, 0)
     G0 = tl.cumsum(g0, 0)
     G1 = tl.cumsum(g1, 0) + s0[None, :]
@@ -161,6 +170,12 @@ def _chunk_of_program(cu_seqlens, i_c, N, NP: tl.constexpr, BT: tl.constexpr):
 def _rows(ptr, tok, m, i_h, o_c, H, C: tl.constexpr):
     """[rows, columns o_c] of a [T, H, C] tensor, fp32, 0 on masked rows."""
     return tl.load(ptr + (tok[:, None] * H + i_h) * C + o_c[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _inverse_norm(x, factor):
+    """factor / the L2 norm of each row of x [rows, K] (eps 1e-6 under the square root)."""
+    return factor / tl.sqrt(tl.sum(x * x, 1) + 1e-6)
 
 
 @triton.jit
@@ -211,7 +226,7 @@ def _intra_exact(q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound
         k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
         q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
         k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
-        s0, G0, G1, _ = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+        s0, G0, G1, _ = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED, INTERP)
         e1 = tl.exp2(G1 - s0[None, :])
         k0f = tl.trans(_operand(k0 * tl.exp2(s0[None, :] - G0), A_LOWP, INTERP))
         a10q = tl.dot(_operand(q1 * e1, A_LOWP, INTERP), k0f, a10q)
@@ -259,10 +274,20 @@ def _intra_chunk(
     a00k = tl.zeros([BC, BC], dtype=tl.float32)
     a10k = tl.zeros([BC, BC], dtype=tl.float32)
     a11k = tl.zeros([BC, BC], dtype=tl.float32)
-    ssq0 = tl.zeros([BC], dtype=tl.float32)
-    ssq1 = tl.zeros([BC], dtype=tl.float32)
-    ssk0 = tl.zeros([BC], dtype=tl.float32)
-    ssk1 = tl.zeros([BC], dtype=tl.float32)
+    # the rows' L2 norms and b first: the loop below also writes the state pass's operands that need
+    # no Tinv (qg, kd, exp(G_last)) and b k exp(G), which the w pass multiplies by Tinv in place. Until
+    # v1.4 a second loop recomputed the gates, their cumulative sums and the loads of q and k for
+    # that: about a third of the pass's instructions.
+    o_kall = tl.arange(0, K)
+    rq0 = _inverse_norm(_rows(q, tok0, m0, i_h, o_kall, H, K), scale)
+    rq1 = _inverse_norm(_rows(q, tok1, m1, i_h, o_kall, H, K), scale)
+    rk0 = _inverse_norm(_rows(k, tok0, m0, i_h, o_kall, H, K), 1.0)
+    rk1 = _inverse_norm(_rows(k, tok1, m1, i_h, o_kall, H, K), 1.0)
+    beta0 = tl.where(m0, tl.sigmoid(tl.load(beta_logits + tok0 * H + i_h, mask=m0, other=0.0).to(tl.float32)), 0.0)
+    beta1 = tl.where(m1, tl.sigmoid(tl.load(beta_logits + tok1 * H + i_h, mask=m1, other=0.0).to(tl.float32)), 0.0)
+    # workspace rows of this head and chunk: [H, T, .] layouts, contiguous per head
+    row0 = i_h.to(tl.int64) * T + tok0
+    row1 = i_h.to(tl.int64) * T + tok1
     worst = 0.0
     for kb in tl.static_range(K // BK):
         o_k = kb * BK + tl.arange(0, BK)
@@ -270,11 +295,7 @@ def _intra_chunk(
         k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
         q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
         k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
-        ssq0 += tl.sum(q0 * q0, 1)
-        ssk0 += tl.sum(k0 * k0, 1)
-        ssq1 += tl.sum(q1 * q1, 1)
-        ssk1 += tl.sum(k1 * k1, 1)
-        s0, G0, G1, gl = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
+        s0, G0, G1, gl = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED, INTERP)
         c0 = 0.5 * s0
         c1 = 0.5 * (s0 + gl)
         # The diagonal blocks' factors are at most 2^(range/2) for a block's decay range (-s0 for
@@ -300,15 +321,21 @@ def _intra_chunk(
         a10k = tl.dot(_operand(k1s * to_boundary, A_LOWP, INTERP), k0b, a10k)
         a11q = tl.dot(_operand(q1s, A_LOWP, INTERP), k1c, a11q)
         a11k = tl.dot(_operand(k1s, A_LOWP, INTERP), k1c, a11k)
+        # qg = q exp(G), kd = k exp(G_last - G), exp(G_last), and b k exp(G) in w's place
+        eg0 = tl.exp2(G0)
+        eg1 = tl.exp2(G1)
+        p_ws0 = row0[:, None] * K + o_k[None, :]
+        p_ws1 = row1[:, None] * K + o_k[None, :]
+        tl.store(qg_ws + p_ws0, _to_bf16(q0 * eg0 * rq0[:, None], INTERP), mask=m0[:, None])
+        tl.store(qg_ws + p_ws1, _to_bf16(q1 * eg1 * rq1[:, None], INTERP), mask=m1[:, None])
+        tl.store(kd_ws + p_ws0, _to_bf16(k0 * rk0[:, None] * tl.exp2(gl[None, :] - G0), INTERP), mask=m0[:, None])
+        tl.store(kd_ws + p_ws1, _to_bf16(k1 * rk1[:, None] * tl.exp2(gl[None, :] - G1), INTERP), mask=m1[:, None])
+        tl.store(w_ws + p_ws0, _to_bf16(k0 * eg0 * (beta0 * rk0)[:, None], INTERP), mask=m0[:, None])
+        tl.store(w_ws + p_ws1, _to_bf16(k1 * eg1 * (beta1 * rk1)[:, None], INTERP), mask=m1[:, None])
+        tl.store(el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K + o_k, tl.exp2(gl))
     if worst > 240.0:
         a00q, a00k, a10q, a10k, a11q, a11k = _intra_exact(
             q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound, H, K, BC, BK, BOUNDED, A_LOWP, INTERP)
-    rq0 = scale / tl.sqrt(ssq0 + 1e-6)
-    rq1 = scale / tl.sqrt(ssq1 + 1e-6)
-    rk0 = 1.0 / tl.sqrt(ssk0 + 1e-6)
-    rk1 = 1.0 / tl.sqrt(ssk1 + 1e-6)
-    beta0 = tl.where(m0, tl.sigmoid(tl.load(beta_logits + tok0 * H + i_h, mask=m0, other=0.0).to(tl.float32)), 0.0)
-    beta1 = tl.where(m1, tl.sigmoid(tl.load(beta_logits + tok1 * H + i_h, mask=m1, other=0.0).to(tl.float32)), 0.0)
     lower = o_i[:, None] >= o_i[None, :]
     strict = o_i[:, None] > o_i[None, :]
     a00q = tl.where(lower, a00q * rq0[:, None] * rk0[None, :], 0.0)
@@ -318,9 +345,6 @@ def _intra_chunk(
     a11k = tl.where(strict, a11k * (beta1 * rk1)[:, None] * rk1[None, :], 0.0)
     a10k = a10k * (beta1 * rk1)[:, None] * rk0[None, :]
 
-    # workspace rows of this head and chunk: [H, T, .] layouts, contiguous per head
-    row0 = i_h.to(tl.int64) * T + tok0
-    row1 = i_h.to(tl.int64) * T + tok1
     p_a0 = aqk_ws + row0[:, None] * BT + o_i[None, :]
     p_a1 = aqk_ws + row1[:, None] * BT + o_i[None, :]
     tl.store(p_a0, _to_bf16(a00q, INTERP), mask=m0[:, None])
@@ -337,31 +361,19 @@ def _intra_chunk(
     t10 = _operand(t10, WU_LOWP, INTERP)
     t11 = _operand(t11, WU_LOWP, INTERP)
 
-    # ---- w = Tinv (b k exp(G)), qg = q exp(G), kd = k exp(G_last - G), exp(G_last)
+    # ---- w = Tinv (b k exp(G)): b k exp(G) from w's place (bf16, as the dot's operand was), written
+    # above by other threads of this program: the barrier orders those stores before these loads
+    tl.debug_barrier()
     for kb in tl.static_range(K // BK):
         o_k = kb * BK + tl.arange(0, BK)
-        _, G0, G1, gl = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED)
-        eg0 = tl.exp2(G0)
-        eg1 = tl.exp2(G1)
         p_ws0 = row0[:, None] * K + o_k[None, :]
         p_ws1 = row1[:, None] * K + o_k[None, :]
-        q0 = _rows(q, tok0, m0, i_h, o_k, H, K)
-        q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
-        tl.store(qg_ws + p_ws0, _to_bf16(q0 * eg0 * rq0[:, None], INTERP), mask=m0[:, None])
-        tl.store(qg_ws + p_ws1, _to_bf16(q1 * eg1 * rq1[:, None], INTERP), mask=m1[:, None])
-        k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
-        k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
-        kd0 = k0 * rk0[:, None] * tl.exp2(gl[None, :] - G0)
-        kd1 = k1 * rk1[:, None] * tl.exp2(gl[None, :] - G1)
-        tl.store(kd_ws + p_ws0, _to_bf16(kd0, INTERP), mask=m0[:, None])
-        tl.store(kd_ws + p_ws1, _to_bf16(kd1, INTERP), mask=m1[:, None])
-        x0 = _operand(k0 * eg0 * (beta0 * rk0)[:, None], WU_LOWP, INTERP)
-        x1 = _operand(k1 * eg1 * (beta1 * rk1)[:, None], WU_LOWP, INTERP)
+        x0 = _operand(tl.load(w_ws + p_ws0, mask=m0[:, None], other=0.0), WU_LOWP, INTERP)
+        x1 = _operand(tl.load(w_ws + p_ws1, mask=m1[:, None], other=0.0), WU_LOWP, INTERP)
         w0 = tl.dot(t00, x0)
         w1 = tl.dot(t11, x1, tl.dot(t10, x0))
         tl.store(w_ws + p_ws0, _to_bf16(w0, INTERP), mask=m0[:, None])
         tl.store(w_ws + p_ws1, _to_bf16(w1, INTERP), mask=m1[:, None])
-        tl.store(el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K + o_k, tl.exp2(gl))
     # ---- u = Tinv (b v)
     for vb in tl.static_range(V // BVU):
         o_v = vb * BVU + tl.arange(0, BVU)
