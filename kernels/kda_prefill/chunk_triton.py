@@ -74,7 +74,8 @@ DISPATCH = []
 BT = 64  # chunk length (tokens)
 A_LOWP = True  # bf16 operands for Aqk / Akk (tf32 otherwise)
 INV_LOWP = False  # bf16 operands in the product form of Tinv (tf32 otherwise)
-WU_LOWP = True  # bf16 operands for w = Tinv (...) and u = Tinv (b v)
+# bf16 operands for w = Tinv (...) and u = Tinv (b v); b k exp(G) passes through the workspace as bf16 either way
+WU_LOWP = True
 
 FAST_LAUNCH = True  # launch the compiled kernels directly after the first call of a shape
 _WORKSPACE = {}
@@ -226,7 +227,8 @@ def _intra_exact(q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound
         k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
         q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
         k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
-        s0, G0, G1, _ = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED, INTERP)
+        s0, G0, G1, _ = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound,
+                                      H, K, BOUNDED, INTERP)
         e1 = tl.exp2(G1 - s0[None, :])
         k0f = tl.trans(_operand(k0 * tl.exp2(s0[None, :] - G0), A_LOWP, INTERP))
         a10q = tl.dot(_operand(q1 * e1, A_LOWP, INTERP), k0f, a10q)
@@ -295,7 +297,8 @@ def _intra_chunk(
         k0 = _rows(k, tok0, m0, i_h, o_k, H, K)
         q1 = _rows(q, tok1, m1, i_h, o_k, H, K)
         k1 = _rows(k, tok1, m1, i_h, o_k, H, K)
-        s0, G0, G1, gl = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound, H, K, BOUNDED, INTERP)
+        s0, G0, G1, gl = _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound,
+                                      H, K, BOUNDED, INTERP)
         c0 = 0.5 * s0
         c1 = 0.5 * (s0 + gl)
         # The diagonal blocks' factors are at most 2^(range/2) for a block's decay range (-s0 for
