@@ -66,7 +66,11 @@ from triton.language.extra import libdevice
 #                 with some spills). On the H200 (2026-11-30) 128 made the bounded-gate workloads
 #                 5-11% faster and the softplus ones 2-14% slower (the softplus gate needs more
 #                 registers): the gate form is an argument of every call, so each gets its own cap.
-PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128}
+#   store_early   the intra pass writes qg, kd and b k exp(G) of a key block before its A products (True)
+#                 or after them (False, measured as v1.4): only the compiler's register allocation
+#                 differs (offline, Triton 3.6, sm_90: stack 744 -> 592 B at the bounded cap of 128,
+#                 120 -> 0 B uncapped)
+PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": False}
 # Per-shape points ([[axes, params], ...], nearest shape wins; empty: PARAMS everywhere), written by
 # scripts/sweep_family.py --emit-kernel into a copy of this file.
 DISPATCH = []
@@ -174,6 +178,25 @@ def _rows(ptr, tok, m, i_h, o_c, H, C: tl.constexpr):
 
 
 @triton.jit
+def _store_state_operands(q0, k0, q1, k1, G0, G1, gl, rq0, rq1, rk0, rk1, beta0, beta1, row0, row1,
+                          m0, m1, o_k, qg_ws, kd_ws, w_ws, el_row, K: tl.constexpr, INTERP: tl.constexpr):
+    """Key columns o_k of the operands that need no Tinv: qg = q exp(G), kd = k exp(G_last - G)
+    (normalised rows), exp(G_last) at el_row, and b k exp(G) in w's place (the w pass multiplies it
+    by Tinv there)."""
+    eg0 = tl.exp2(G0)
+    eg1 = tl.exp2(G1)
+    p_ws0 = row0[:, None] * K + o_k[None, :]
+    p_ws1 = row1[:, None] * K + o_k[None, :]
+    tl.store(qg_ws + p_ws0, _to_bf16(q0 * eg0 * rq0[:, None], INTERP), mask=m0[:, None])
+    tl.store(qg_ws + p_ws1, _to_bf16(q1 * eg1 * rq1[:, None], INTERP), mask=m1[:, None])
+    tl.store(kd_ws + p_ws0, _to_bf16(k0 * rk0[:, None] * tl.exp2(gl[None, :] - G0), INTERP), mask=m0[:, None])
+    tl.store(kd_ws + p_ws1, _to_bf16(k1 * rk1[:, None] * tl.exp2(gl[None, :] - G1), INTERP), mask=m1[:, None])
+    tl.store(w_ws + p_ws0, _to_bf16(k0 * eg0 * (beta0 * rk0)[:, None], INTERP), mask=m0[:, None])
+    tl.store(w_ws + p_ws1, _to_bf16(k1 * eg1 * (beta1 * rk1)[:, None], INTERP), mask=m1[:, None])
+    tl.store(el_row + o_k, tl.exp2(gl))
+
+
+@triton.jit
 def _inverse_norm(x, factor):
     """factor / the L2 norm of each row of x [rows, K] (eps 1e-6 under the square root)."""
     return factor / tl.sqrt(tl.sum(x * x, 1) + 1e-6)
@@ -245,7 +268,7 @@ def _intra_chunk(
     scale, lower_bound, T, N, NCMAX,
     H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
     BK: tl.constexpr, BVU: tl.constexpr, NP: tl.constexpr,
-    BOUNDED: tl.constexpr, A_LOWP: tl.constexpr, INV_LOWP: tl.constexpr, WU_LOWP: tl.constexpr,
+    BOUNDED: tl.constexpr, STORE_EARLY: tl.constexpr, A_LOWP: tl.constexpr, INV_LOWP: tl.constexpr, WU_LOWP: tl.constexpr,
     INTERP: tl.constexpr,
 ):
     """One chunk of one head. The chunk's rows are handled as two blocks of BC = BT / 2 rows
@@ -308,6 +331,10 @@ def _intra_chunk(
         # cross block was taken relative to c1, which bounded the whole chunk's decay instead: 1-5%
         # of the softplus workloads' chunks took the slow exact path.)
         worst = tl.maximum(worst, tl.max(tl.maximum(-s0, s0 - gl), 0))
+        if STORE_EARLY:
+            _store_state_operands(q0, k0, q1, k1, G0, G1, gl, rq0, rq1, rk0, rk1, beta0, beta1, row0, row1,
+                                  m0, m1, o_k, qg_ws, kd_ws, w_ws, el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K,
+                                  K, INTERP)
         e0 = tl.exp2(tl.minimum(G0 - c0[None, :], 120.0))
         e1 = tl.exp2(tl.minimum(G1 - c1[None, :], 120.0))
         i0 = tl.exp2(tl.minimum(c0[None, :] - G0, 120.0))
@@ -324,18 +351,10 @@ def _intra_chunk(
         a10k = tl.dot(_operand(k1s * to_boundary, A_LOWP, INTERP), k0b, a10k)
         a11q = tl.dot(_operand(q1s, A_LOWP, INTERP), k1c, a11q)
         a11k = tl.dot(_operand(k1s, A_LOWP, INTERP), k1c, a11k)
-        # qg = q exp(G), kd = k exp(G_last - G), exp(G_last), and b k exp(G) in w's place
-        eg0 = tl.exp2(G0)
-        eg1 = tl.exp2(G1)
-        p_ws0 = row0[:, None] * K + o_k[None, :]
-        p_ws1 = row1[:, None] * K + o_k[None, :]
-        tl.store(qg_ws + p_ws0, _to_bf16(q0 * eg0 * rq0[:, None], INTERP), mask=m0[:, None])
-        tl.store(qg_ws + p_ws1, _to_bf16(q1 * eg1 * rq1[:, None], INTERP), mask=m1[:, None])
-        tl.store(kd_ws + p_ws0, _to_bf16(k0 * rk0[:, None] * tl.exp2(gl[None, :] - G0), INTERP), mask=m0[:, None])
-        tl.store(kd_ws + p_ws1, _to_bf16(k1 * rk1[:, None] * tl.exp2(gl[None, :] - G1), INTERP), mask=m1[:, None])
-        tl.store(w_ws + p_ws0, _to_bf16(k0 * eg0 * (beta0 * rk0)[:, None], INTERP), mask=m0[:, None])
-        tl.store(w_ws + p_ws1, _to_bf16(k1 * eg1 * (beta1 * rk1)[:, None], INTERP), mask=m1[:, None])
-        tl.store(el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K + o_k, tl.exp2(gl))
+        if not STORE_EARLY:
+            _store_state_operands(q0, k0, q1, k1, G0, G1, gl, rq0, rq1, rk0, rk1, beta0, beta1, row0, row1,
+                                  m0, m1, o_k, qg_ws, kd_ws, w_ws, el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K,
+                                  K, INTERP)
     if worst > 240.0:
         a00q, a00k, a10q, a10k, a11q, a11k = _intra_exact(
             q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound, H, K, BC, BK, BOUNDED, A_LOWP, INTERP)
@@ -567,7 +586,7 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
     np_ = max(16, triton.next_power_of_2(N))  # one compiled kernel for up to 16 sequences
     bv = p["BV"] or (16 if N * H < 16 else 32 if N * H < 64 else 64)
     pl.consts = {
-        "intra": (H, K, V, BT, p["BK"], p["BK"], np_, bool(bounded), A_LOWP, INV_LOWP, WU_LOWP, interpreted),
+        "intra": (H, K, V, BT, p["BK"], p["BK"], np_, bool(bounded), bool(p["store_early"]), A_LOWP, INV_LOWP, WU_LOWP, interpreted),
         "state": (H, K, V, BT, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted),
         "out": (H, K, V, BT, bv, np_, interpreted),
     }
