@@ -313,6 +313,7 @@ def _intra_chunk(
     # workspace rows of this head and chunk: [H, T, .] layouts, contiguous per head
     row0 = i_h.to(tl.int64) * T + tok0
     row1 = i_h.to(tl.int64) * T + tok1
+    el_row = el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K  # exp(G_last) of this chunk and head
     worst = 0.0
     for kb in tl.static_range(K // BK):
         o_k = kb * BK + tl.arange(0, BK)
@@ -333,8 +334,7 @@ def _intra_chunk(
         worst = tl.maximum(worst, tl.max(tl.maximum(-s0, s0 - gl), 0))
         if STORE_EARLY:
             _store_state_operands(q0, k0, q1, k1, G0, G1, gl, rq0, rq1, rk0, rk1, beta0, beta1, row0, row1,
-                                  m0, m1, o_k, qg_ws, kd_ws, w_ws, el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K,
-                                  K, INTERP)
+                                  m0, m1, o_k, qg_ws, kd_ws, w_ws, el_row, K, INTERP)
         e0 = tl.exp2(tl.minimum(G0 - c0[None, :], 120.0))
         e1 = tl.exp2(tl.minimum(G1 - c1[None, :], 120.0))
         i0 = tl.exp2(tl.minimum(c0[None, :] - G0, 120.0))
@@ -353,8 +353,7 @@ def _intra_chunk(
         a11k = tl.dot(_operand(k1s, A_LOWP, INTERP), k1c, a11k)
         if not STORE_EARLY:
             _store_state_operands(q0, k0, q1, k1, G0, G1, gl, rq0, rq1, rk0, rk1, beta0, beta1, row0, row1,
-                                  m0, m1, o_k, qg_ws, kd_ws, w_ws, el_ws + (i_h.to(tl.int64) * NCMAX + i_c) * K,
-                                  K, INTERP)
+                                  m0, m1, o_k, qg_ws, kd_ws, w_ws, el_row, K, INTERP)
     if worst > 240.0:
         a00q, a00k, a10q, a10k, a11q, a11k = _intra_exact(
             q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound, H, K, BC, BK, BOUNDED, A_LOWP, INTERP)
