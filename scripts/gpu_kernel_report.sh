@@ -17,6 +17,10 @@
 #   mla      the champion vs FlashInfer fa3/auto, plan() cached (events, kernel only) and plan() per
 #            call (wallclock), each timed twice, side by side in the same run (about 2 minutes)
 #   mla_graph  the champion vs FlashInfer, plan cached, timed by graph replay (device time only)
+#   ncu      Nsight Compute's counters (throughput, memory, warp stalls, occupancy) for one call of the
+#            champion (or KERNEL, with PROBE_POINTS) and of FlashInfer per PROBE_WORKLOADS workload, L2
+#            flushed before each (ncu --cache-control all); CSV in ncu.csv. Needs a machine whose
+#            runtime lets ncu read counters (KINDS.md: Firecracker, not gVisor)
 # SWEEP_TIMING: the sweep's timing mode, events (default) or graph (device time only: the dispatch is then
 # chosen on kernel merit, free of the host noise that made the events sweep's choices vary).
 # SWEEP_TIMEOUT: seconds per workload before a sweep's worker is killed (default 60: a hanging point
@@ -75,6 +79,14 @@ for part in $parts; do
           --baseline-option backend=auto --baseline-option plan=per_call --reps 30 \
           --json "$out/mla_plan_per_call_run$run.json"
       done 2>&1 | grep --line-buffered -v '^\[' | tee "$out/mla.log" ;;
+    ncu)
+      uname -r
+      ncu --profile-from-start off --clock-control none --cache-control all --csv --page details \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+        --section LaunchStats --section SchedulerStats --section SourceCounters \
+        python3 scripts/mla_probe.py $champion --profile --points "$probe_points" \
+        --workloads ${PROBE_WORKLOADS:-5bef8d88 84221f45 c9ba5e7f} > "$out/ncu.csv" 2> "$out/ncu.log"
+      echo "ncu exit $?"; tail -5 "$out/ncu.log"; grep -c . "$out/ncu.csv" ;;
     mla_graph)
       bench "$champion" --task mla_decode --baseline flashinfer --label champion \
         --baseline-option backend=auto --baseline-option plan=cached --timing graph --reps 30 \

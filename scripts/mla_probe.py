@@ -4,6 +4,10 @@ kernels. For the design note's prediction-versus-measurement table; not a verdic
 
     python scripts/mla_probe.py [KERNEL.py ...] [--points '[{}, {"COMBINE": "ctas"}]'] [--workloads PREFIX ...] [--json OUT.json]
 
+--profile: no timing; after the warm-up, one call of each kernel (and FlashInfer) per workload between
+cudaProfilerStart and cudaProfilerStop, after an L2 flush, for `ncu --profile-from-start off`
+(gpu_kernel_report.sh's ncu part).
+
 --points rewrites each kernel file's PARAMS (a DISPATCH entry, as in a champion, still wins for its shapes).
 
 For each kernel file (default: kernels/mla_decode/flashdecode_triton.py) and each workload (default:
@@ -36,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = probes.parser(__doc__.splitlines()[0], DEFAULT_WORKLOADS, reps=30)
     p.add_argument("kernels", nargs="*", default=[str(ROOT / "kernels/mla_decode/flashdecode_triton.py")])
+    p.add_argument("--profile", action="store_true", help="one profiled call per kernel and workload, no timing")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     probes.arm_deadline(args.deadline)
 
@@ -100,6 +105,18 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(2):
                 fn(0)
             torch.cuda.synchronize()
+        if args.profile:
+            for name, fn in callables.items():
+                flusher()
+                torch.cuda.synchronize()
+                torch.cuda.cudart().cudaProfilerStart()
+                fn(0)
+                torch.cuda.synchronize()
+                torch.cuda.cudart().cudaProfilerStop()
+                print(f"{w.uuid[:8]} {name}: profiled", flush=True)
+            callables.clear()
+            del inputs
+            continue
         ref = task.reference(inputs)
         for name, fn in callables.items():
             host = probes.host_us(fn, args.reps)
