@@ -74,7 +74,7 @@ def check_against_reference(module, inputs, calls=2):
         assert_matches_reference(ref, lengths, output, lse)
 
 
-@pytest.mark.parametrize("combine", ["last", "launch", "ctas"])
+@pytest.mark.parametrize("combine", ["last", "launch", "ctas", "pdl"])
 def test_flashdecode_edges(tmp_path, combine):
     """Empty requests first, in the middle and last; a request of exactly one chunk, one a token
     longer, one of many pieces; 70 requests (more than one 64-entry scan step) in the second case."""
@@ -158,6 +158,23 @@ def test_flashdecode_merge_programs_share_the_launch(tmp_path, lengths):
     assert plan.merge is None and constexprs["MERGE_PROGRAMS"]
     assert launch.grid[0] == plan.programs + len(lengths) * (512 // constexprs["COMBINE_D"])
     assert int(plan.counters.abs().sum()) == 0 and int(plan.merge_done.abs().sum()) == 0
+
+
+def test_pdl_plan_launches_the_merge_kernel_as_a_programmatic_dependent():
+    """COMBINE "pdl" for a GPU: the merge kernel gets launch_pdl (CUDA's programmatic stream
+    serialization) and both kernels their griddepcontrol code; under the interpreter (no
+    griddepcontrol) it is COMBINE "launch". A batch whose requests are all one piece has no merge."""
+    module = load_module_from_path(family().path, "flashdecode_pdl_plan")
+    module.PARAMS = {**module.PARAMS, "COMBINE": "pdl"}
+    cpu = torch.device("cpu")
+    for interpreted in (False, True):
+        plan = module._make_plan(cpu, 64, 16, 512, 64, 75145, interpreted)
+        (piece, piece_c), (merge, merge_c) = plan.piece, plan.merge
+        assert piece_c["PDL"] is merge_c["PDL"] is (not interpreted)
+        assert merge.options.get("launch_pdl", False) is (not interpreted) and "launch_pdl" not in piece.options
+        assert merge.grid == (64, 512 // merge_c["COMBINE_D"], 1)
+    short = module._make_plan(cpu, 64, 16, 512, 64, 60, False)  # the chunk (>= 64 tokens) holds the batch
+    assert short.merge is None and not short.piece[1]["PDL"]
 
 
 def test_merge_programs_tile_on_a_gpu():
