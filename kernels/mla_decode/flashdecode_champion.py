@@ -40,7 +40,18 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
                     (observed behaviour that stream-K and decoupled look-back also rely on, not a
                     documented guarantee): every piece program has started before a merge program
                     can spin, so none waits for a slot. Made for batch 1 under events timing, where
-                    the second launch's host time showed (2026-11-30). Not yet run on a GPU.
+                    the second launch's host time showed (2026-11-30).
+  COMBINE "pdl":    the merge kernel of "launch", launched as a programmatic dependent of the piece
+                    kernel (CUDA's programmatic stream serialization; every piece program calls
+                    griddepcontrol.launch_dependents at its start): its programs are scheduled once
+                    every piece program has started, read kv_indptr while the pieces run, and wait
+                    (griddepcontrol.wait) for the piece kernel to finish before they read the pieces.
+                    Removes the launch gap and the merge's first round trip from the critical path;
+                    Nsight Compute on the H200 (2026-11-30) put the piece kernel alone at FlashInfer's
+                    whole time on batches 16 and 64 and the merge kernel at 8-10 us. Under the
+                    interpreter (no griddepcontrol) it is "launch".
+The merge (any mode but "last") is one pass, online over tiles of pieces: each step loads a tile's
+lse values and outputs together.
 
 Host path: the timed call must be launches only. run() keeps one plan per (device, batch_size,
 num_kv_indices): parameters (from DISPATCH or PARAMS), CHUNK, grids, workspace views; after the
@@ -67,16 +78,19 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # Tunable parameters (this family's default point).
 #   BLOCK_N           KV tokens per loop step
 #   MIN_CHUNK_BLOCKS  the fewest loop steps a piece is given (CHUNK >= MIN_CHUNK_BLOCKS * BLOCK_N)
 #   PROGRAMS_PER_SM   programs per multiprocessor that big batches are cut into
 #   COMBINE           "last": the last piece of a request merges it (one launch); "launch": a merge kernel;
-#                     "ctas": merge programs in the pieces' launch
+#                     "ctas": merge programs in the pieces' launch; "pdl": the merge kernel as a
+#                     programmatic dependent launch
 #   FAST_LAUNCH       launch compiled kernels directly after the first call of a shape
 #   num_warps, num_stages   the main kernel's launch options
-PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}
+#   maxnreg           the main kernel's register cap (None: Triton's choice), e.g. 128 for 2 CTAs of 8 warps per SM
+PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}
 
 # Points of the family's space by workload shape, written by scripts/sweep_family.py:
 #   [[{"batch_size": B, "num_kv_indices": N, ...}, {params}], ...]
@@ -98,42 +112,41 @@ DISPATCH = [
     [{"batch_size": 1, "num_kv_indices": 1908}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
     [{"batch_size": 1, "num_kv_indices": 2408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
     [{"batch_size": 1, "num_kv_indices": 2708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 457}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 1857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 2757}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 3557}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 4357}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 5057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 5857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 6657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 7257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 8057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9}],
-    [{"batch_size": 16, "num_kv_indices": 8857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9}],
-    [{"batch_size": 16, "num_kv_indices": 9657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9}],
-    [{"batch_size": 16, "num_kv_indices": 10857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9}],
-    [{"batch_size": 16, "num_kv_indices": 12857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9}],
-    [{"batch_size": 16, "num_kv_indices": 14857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9}],
-    [{"batch_size": 16, "num_kv_indices": 17257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9}],
-    [{"batch_size": 64, "num_kv_indices": 9945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9}],
-    [{"batch_size": 64, "num_kv_indices": 16345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 22745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 27545}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 30745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 33945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 37145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 40345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 44845}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 48045}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 51245}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 54445}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 57645}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 62345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 68745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 64, "num_kv_indices": 75145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
+    [{"batch_size": 16, "num_kv_indices": 457}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 1857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 2757}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 3557}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 4357}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 5057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 5857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 6657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 7257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 8057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 8857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 9657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 10857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 12857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 14857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 17257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 9945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 16345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 22745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 27545}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 30745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 33945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 37145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 40345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 44845}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 48045}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 51245}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 54445}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 57645}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 62345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 68745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 75145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
 ]
 
 LOG2E = 1.0 / math.log(2.0)
-COMBINE_LSE_S = 64  # piece lse values (per head) read per step of the merge kernel's first pass
 COMBINE_TILE = 2048  # elements of the merge kernel's [pieces, heads, columns] tile on a GPU
 COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its piece
 CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for PROGRAMS_PER_SM
@@ -316,7 +329,7 @@ def _request_pieces(kv_indptr_ptr, b, total_tokens, chunk, SINGLE: tl.constexpr,
 
 @triton.jit
 def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                  NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, LSE_S: tl.constexpr,
+                  NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr,
                   COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr, CACHE: tl.constexpr, INTERPRETED: tl.constexpr):
     """Columns d_blk * COMBINE_D .. of request b's output (and its lse, at d_blk 0), merged from its
     n_pieces > 1 pieces:  lse = M + log2(sum_s 2^(lse_s - M)),  output = sum_s 2^(lse_s - lse) * out_s.
@@ -325,34 +338,30 @@ def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_
     last = first + n_pieces - 1  # inclusive
     offs_h = tl.arange(0, BLOCK_H)
     mask_h = offs_h < NUM_HEADS
-    # Pass 1, over the pieces' lse only: per head m = max lse_s, l = sum 2^(lse_s - m) (online).
-    offs_sl = tl.arange(0, LSE_S)
-    m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
-    for s0 in range(first, last + 1, LSE_S):
-        slot = (s0 + offs_sl).to(tl.int64)
-        valid = (slot <= last)[:, None] & mask_h[None, :]
-        piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
-                            other=float("-inf"), cache_modifier=CACHE)
-        m_new = tl.maximum(m, tl.max(piece_lse, axis=0))
-        m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first step has a piece)
-        l_sum = l_sum * tl.exp2(m - m_new) + tl.sum(tl.exp2(piece_lse - m_new[None, :]), axis=0)
-        m = m_new
-    l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
-    # Pass 2: output = sum_s 2^(lse_s - m) / l * out_s, COMBINE_D columns of all heads.
+    # One pass, online over tiles of COMBINE_S pieces: each step loads the tile's lse and outputs
+    # together (one memory round trip; two passes cost two on the critical path after the pieces).
     offs_s = tl.arange(0, COMBINE_S)
     offs_d = d_blk * COMBINE_D + tl.arange(0, COMBINE_D)
+    m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, COMBINE_D], dtype=tl.float32)
     for s0 in range(first, last + 1, COMBINE_S):
         slot = (s0 + offs_s).to(tl.int64)
         valid = (slot <= last)[:, None] & mask_h[None, :]
         piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
-                            other=float("-inf"), cache_modifier=CACHE)
-        w = tl.exp2(piece_lse - m[None, :]) / l_sum[None, :]  # [COMBINE_S, BLOCK_H], 0 where masked
+                            other=float("-inf"), cache_modifier=CACHE)  # [S, H]
         o = tl.load(part_o_ptr + slot[:, None, None] * (NUM_HEADS * D_CKV) + offs_h[None, :, None] * D_CKV
                     + offs_d[None, None, :], mask=valid[:, :, None], other=0.0,
                     cache_modifier=CACHE)  # [S, H, D]
-        acc += tl.sum(w[:, :, None] * o, axis=0)
+        m_new = tl.maximum(m, tl.max(piece_lse, axis=0))
+        m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (every step has a piece)
+        alpha = tl.exp2(m - m_new)
+        w = tl.exp2(piece_lse - m_new[None, :])  # [S, H], 0 where masked
+        l_sum = l_sum * alpha + tl.sum(w, axis=0)
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, axis=0)
+        m = m_new
+    l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
+    acc = acc / l_sum[:, None]
     if INTERPRETED:
         o_out = _bf16_rne(acc)
     else:
@@ -367,7 +376,7 @@ def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_
 @triton.jit
 def _merge_program(idx, kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr,
                    total_tokens, chunk, NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr,
-                   SINGLE: tl.constexpr, LSE_S: tl.constexpr, COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr,
+                   SINGLE: tl.constexpr, COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr,
                    COUNT_B: tl.constexpr, INTERPRETED: tl.constexpr):
     """Merge program idx of COMBINE "ctas" (request idx // columns, column block idx % columns): waits
     until every piece of its request has counted itself done, merges, and the request's last merge
@@ -383,7 +392,7 @@ def _merge_program(idx, kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_pt
         while done < n_pieces:
             done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
         _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
-                      BLOCK_H, LSE_S, COMBINE_S, COMBINE_D, ".cg", INTERPRETED)
+                      BLOCK_H, COMBINE_S, COMBINE_D, ".cg", INTERPRETED)
         finished = tl.atomic_add(merge_done_ptr + b, 1, sem="acq_rel")
         if finished == n_col - 1:
             tl.atomic_xchg(counter_ptr + b, 0)
@@ -408,16 +417,21 @@ def _fd_piece_kernel(
     COUNT_B: tl.constexpr,
     INTERPRETED: tl.constexpr,
     MERGE_PROGRAMS: tl.constexpr,  # COMBINE == "ctas": programs n_programs .. merge the pieces
-    LSE_S: tl.constexpr,  # the merge programs' tiles (as the merge kernel's)
-    COMBINE_S: tl.constexpr,
+    PDL: tl.constexpr,  # COMBINE == "pdl": the merge kernel may launch once every program has started
+    COMBINE_S: tl.constexpr,  # the merge programs' tiles (as the merge kernel's)
     COMBINE_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if PDL:
+        # Lets the merge kernel (a programmatic dependent launch) be scheduled once every piece program
+        # has started, so its programs read kv_indptr while the pieces run; it waits (griddepcontrol.wait)
+        # for this kernel to finish before it reads the pieces.
+        gdc_launch_dependents()
     if MERGE_PROGRAMS:
         if pid >= n_programs:
             _merge_program(pid - n_programs, kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
                            counter_ptr, merge_done_ptr, total_tokens, chunk, NUM_HEADS, D_CKV, BLOCK_H,
-                           SINGLE, LSE_S, COMBINE_S, COMBINE_D, COUNT_B, INTERPRETED)
+                           SINGLE, COMBINE_S, COMBINE_D, COUNT_B, INTERPRETED)
         else:
             _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
                    part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, batch_size, total_tokens, chunk,
@@ -436,18 +450,21 @@ def _fd_merge_kernel(
     D_CKV: tl.constexpr,
     BLOCK_H: tl.constexpr,
     SINGLE: tl.constexpr,
-    LSE_S: tl.constexpr,
     COMBINE_S: tl.constexpr,
     COMBINE_D: tl.constexpr,
     COUNT_B: tl.constexpr,
     INTERPRETED: tl.constexpr,
+    PDL: tl.constexpr,  # launched as a programmatic dependent of the piece kernel (COMBINE "pdl")
 ):
     b = tl.program_id(0)
     d_blk = tl.program_id(1)
+    # kv_indptr is an input (the piece kernel does not write it): read before the wait
     first, n_pieces = _request_pieces(kv_indptr_ptr, b, total_tokens, chunk, SINGLE, COUNT_B)
+    if PDL:
+        gdc_wait()  # the piece kernel has finished and its stores are visible
     if n_pieces > 1:  # a request cut into pieces: merge them
         _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
-                      BLOCK_H, LSE_S, COMBINE_S, COMBINE_D, "", INTERPRETED)
+                      BLOCK_H, COMBINE_S, COMBINE_D, "", INTERPRETED)
 
 
 # Whether triton.jit gave interpreted functions (TRITON_INTERPRET=1 when triton was imported).
@@ -483,7 +500,8 @@ def _workspace(device, slots, batch_size, num_heads, d_ckv):
 def _combine_tile(pieces_per_request, block_h, d_ckv, interpreted):
     """(pieces, columns) of the merge kernel's tile: a request cut into many pieces (a long one in a
     small batch) gets many pieces per step and few columns per program (more programs). Under the
-    interpreter: all columns (few programs run fastest there)."""
+    interpreter: all columns (few programs run fastest there). (Offline, Triton 3.6, sm_90: a tile of
+    2048 elements takes 64-71 registers; 4096 took 161-204, a quarter of the programs per SM.)"""
     if interpreted:
         return 16, d_ckv
     pieces = min(32, max(4, triton.next_power_of_2(pieces_per_request)))
@@ -548,16 +566,20 @@ class _Launch:
         self.fn, self.grid, self.options, self.fast = fn, grid, options, None if fast else False
         self.compiled, self.device = None, 0
 
-    def __call__(self, args, fast_ok):
+    def __call__(self, args, fast_ok, fast_args=None):
+        """fast_args: args with every tensor replaced by its data pointer (an int), for direct launches:
+        the launcher then neither calls data_ptr() nor asks the driver about each pointer
+        (cuPointerGetAttribute), which it does for every tensor argument."""
         c = self.compiled
         if c is not None and fast_ok:
+            direct = args if fast_args is None else fast_args
             if self.fast is True:
                 c.run(self.grid[0], self.grid[1], self.grid[2], _current_stream(self.device), c.function,
-                      c.packed_metadata, None, None, None, *args)
+                      c.packed_metadata, None, None, None, *direct)
                 return
             try:  # the first direct launch: a Triton whose launcher takes other arguments raises here
                 c.run(self.grid[0], self.grid[1], self.grid[2], _current_stream(self.device), c.function,
-                      c.packed_metadata, None, None, None, *args)
+                      c.packed_metadata, None, None, None, *direct)
                 self.fast = True
                 return
             except (TypeError, ValueError, IndexError, SystemError, AttributeError):
@@ -573,7 +595,8 @@ def _current_stream(device_index):
 
 
 class _Plan:
-    __slots__ = ("chunk", "programs", "piece", "merge", "part_o", "part_lse", "counters", "merge_done", "single")
+    __slots__ = ("chunk", "programs", "piece", "merge", "part_o", "part_lse", "counters", "merge_done", "single",
+                 "workspace_ptrs")
 
 
 def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
@@ -583,12 +606,16 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     pl = _Plan()
     pl.chunk, pl.programs, pl.single = chunk, programs, batch_size == 1
     pl.part_o, pl.part_lse, pl.counters, pl.merge_done = _workspace(device, programs, batch_size, num_heads, d_ckv)
+    # the workspace is never freed or moved (_workspace), so its pointers hold for every call
+    pl.workspace_ptrs = tuple(t.data_ptr() for t in (pl.part_o, pl.part_lse, pl.counters, pl.merge_done))
     block_h = max(16, triton.next_power_of_2(num_heads))
     # One program reads all pieces of its request in the last-piece merge (~1 us per piece): a single
     # request in many pieces is merged by the merge kernel instead, whose programs share the work.
     last = p["COMBINE"] == "last" and not (pl.single and triton.cdiv(total, chunk) > LAST_MAX_PIECES)
     several = total > chunk  # some request has several pieces unless the chunk holds the whole batch
     ctas = p["COMBINE"] == "ctas" and several
+    # "pdl": the merge kernel as a programmatic dependent launch (griddepcontrol: none under the interpreter)
+    pdl = p["COMBINE"] == "pdl" and several and not interpreted
     # pieces of a request: all of them for batch 1, about the average otherwise
     typical = triton.cdiv(total, chunk) if pl.single else triton.cdiv(programs, batch_size) + 1
     if ctas:
@@ -598,29 +625,40 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     fast = bool(p["FAST_LAUNCH"]) and not interpreted
     constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=block_h, BLOCK_N=p["BLOCK_N"],
                       SINGLE=pl.single, LAST_MERGES=last, COUNT_B=COUNT_B, INTERPRETED=interpreted,
-                      MERGE_PROGRAMS=ctas, LSE_S=COMBINE_LSE_S,  # the tile only where used (one compiled kernel)
+                      MERGE_PROGRAMS=ctas, PDL=pdl,  # the tile only where used (one compiled kernel)
                       COMBINE_S=combine_s if ctas else 1, COMBINE_D=combine_d if ctas else d_ckv)
     # "ctas": the merge programs (batch x column blocks, the merge kernel's grid) follow the pieces
     grid = programs + (batch_size * (d_ckv // combine_d) if ctas else 0)
-    pl.piece = (_Launch(_fd_piece_kernel, (grid, 1, 1),
-                        {"num_warps": p["num_warps"], "num_stages": p["num_stages"]}, fast), constexprs)
+    options = {"num_warps": p["num_warps"], "num_stages": p["num_stages"]}
+    if p.get("maxnreg") and not interpreted:
+        options["maxnreg"] = p["maxnreg"]
+    pl.piece = (_Launch(_fd_piece_kernel, (grid, 1, 1), options, fast), constexprs)
     pl.merge = None
     if not last and not ctas and several:
         merge_constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, BLOCK_H=block_h, SINGLE=pl.single,
-                                LSE_S=COMBINE_LSE_S, COMBINE_S=combine_s, COMBINE_D=combine_d, COUNT_B=COUNT_B,
-                                INTERPRETED=interpreted)
-        pl.merge = (_Launch(_fd_merge_kernel, (batch_size, d_ckv // combine_d, 1), {"num_warps": 4}, fast),
+                                COMBINE_S=combine_s, COMBINE_D=combine_d, COUNT_B=COUNT_B,
+                                INTERPRETED=interpreted, PDL=pdl)
+        merge_options = {"num_warps": 4, "launch_pdl": True} if pdl else {"num_warps": 4}
+        pl.merge = (_Launch(_fd_merge_kernel, (batch_size, d_ckv // combine_d, 1), merge_options, fast),
                     merge_constexprs)
     return pl
 
 
-def _contiguous_aligned(tensors):
-    ptrs = 0
+def _pointers(tensors):
+    """(contiguous, direct, data pointers) of the call's tensors. direct: every pointer 16-byte aligned
+    (what the compiled kernel was specialised for) and every tensor on a GPU (the direct launches pass
+    the pointers as ints, so Triton's check that each is device memory does not run)."""
+    ptrs = []
+    bits = 0
+    on_gpu = True
     for t in tensors:
         if not t.is_contiguous():
-            return False, False
-        ptrs |= t.data_ptr()
-    return True, (ptrs & 15) == 0
+            return False, False, None
+        ptr = t.data_ptr()
+        ptrs.append(ptr)
+        bits |= ptr
+        on_gpu = on_gpu and t.is_cuda
+    return True, on_gpu and (bits & 15) == 0, ptrs
 
 
 def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse):
@@ -637,8 +675,7 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
         assert d_ckv == triton.next_power_of_2(d_ckv) and d_kpe == triton.next_power_of_2(d_kpe), "power-of-2 dims"
         interpreted = _INTERPRETER or device.type == "cpu"  # CPU tensors run only under the interpreter
         pl = _PLANS[key] = _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted)
-    contiguous, aligned = _contiguous_aligned((q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices,
-                                               output, lse))
+    contiguous, direct, ptrs = _pointers((q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, output, lse))
     if not contiguous:  # the kernels assume contiguous tensors: work on contiguous copies
         out_c = output.contiguous()
         lse_c = lse.contiguous()
@@ -648,13 +685,15 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
         lse.copy_(lse_c)
         return None
     launch, c = pl.piece
+    scalars = (float(sm_scale) * LOG2E, batch_size, total, pl.chunk, pl.programs,
+               c["NUM_HEADS"], c["D_CKV"], c["D_KPE"], c["BLOCK_H"], c["BLOCK_N"], c["SINGLE"], c["LAST_MERGES"],
+               c["COUNT_B"], c["INTERPRETED"], c["MERGE_PROGRAMS"], c["PDL"], c["COMBINE_S"], c["COMBINE_D"])
     launch((q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, output, lse, pl.part_o, pl.part_lse,
-            pl.counters, pl.merge_done, float(sm_scale) * LOG2E, batch_size, total, pl.chunk, pl.programs,
-            c["NUM_HEADS"], c["D_CKV"], c["D_KPE"], c["BLOCK_H"], c["BLOCK_N"], c["SINGLE"], c["LAST_MERGES"],
-            c["COUNT_B"], c["INTERPRETED"], c["MERGE_PROGRAMS"], c["LSE_S"], c["COMBINE_S"], c["COMBINE_D"]), aligned)
+            pl.counters, pl.merge_done, *scalars), direct, (*ptrs, *pl.workspace_ptrs, *scalars) if direct else None)
     if pl.merge is not None:
         launch, c = pl.merge
-        launch((kv_indptr, output, lse, pl.part_o, pl.part_lse, batch_size, total, pl.chunk,
-                c["NUM_HEADS"], c["D_CKV"], c["BLOCK_H"], c["SINGLE"], c["LSE_S"], c["COMBINE_S"], c["COMBINE_D"],
-                c["COUNT_B"], c["INTERPRETED"]), aligned)
+        scalars = (batch_size, total, pl.chunk, c["NUM_HEADS"], c["D_CKV"], c["BLOCK_H"], c["SINGLE"],
+                   c["COMBINE_S"], c["COMBINE_D"], c["COUNT_B"], c["INTERPRETED"], c["PDL"])
+        launch((kv_indptr, output, lse, pl.part_o, pl.part_lse, *scalars), direct,
+               (ptrs[4], ptrs[6], ptrs[7], *pl.workspace_ptrs[:2], *scalars) if direct else None)
     return None
