@@ -20,7 +20,9 @@
 #   ncu      Nsight Compute's counters (throughput, memory, warp stalls, occupancy) for one call of the
 #            champion (or KERNEL, with PROBE_POINTS) and of FlashInfer per PROBE_WORKLOADS workload, L2
 #            flushed before each (ncu --cache-control all); CSV in ncu.csv. Needs a machine whose
-#            runtime lets ncu read counters (KINDS.md: Firecracker, not gVisor)
+#            runtime lets ncu read counters (KINDS.md: Firecracker, not gVisor). NCU_ARGS replaces the
+#            cache control and sections, e.g. '--cache-control none --metrics gpu__time_duration.sum' (one
+#            replay pass: each kernel's duration with the caches as the previous kernel left them)
 # SWEEP_TIMING: the sweep's timing mode, events (default) or graph (device time only: the dispatch is then
 # chosen on kernel merit, free of the host noise that made the events sweep's choices vary).
 # SWEEP_TIMEOUT: seconds per workload before a sweep's worker is killed (default 60: a hanging point
@@ -81,9 +83,9 @@ for part in $parts; do
       done 2>&1 | grep --line-buffered -v '^\[' | tee "$out/mla.log" ;;
     ncu)
       uname -r
-      ncu --profile-from-start off --clock-control none --cache-control all --csv --page details \
+      ncu --profile-from-start off --clock-control none --csv --page details ${NCU_ARGS:---cache-control all \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-        --section LaunchStats --section SchedulerStats --section SourceCounters \
+        --section LaunchStats --section SchedulerStats --section SourceCounters} \
         python3 scripts/mla_probe.py $champion --profile --points "$probe_points" \
         --workloads ${PROBE_WORKLOADS:-5bef8d88 84221f45 c9ba5e7f} > "$out/ncu.csv" 2> "$out/ncu.log"
       echo "ncu exit $?"; tail -5 "$out/ncu.log"; grep -c . "$out/ncu.csv" ;;
