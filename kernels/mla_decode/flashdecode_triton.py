@@ -46,10 +46,11 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
                     griddepcontrol.launch_dependents at its start): its programs are scheduled once
                     every piece program has started, read kv_indptr while the pieces run, and wait
                     (griddepcontrol.wait) for the piece kernel to finish before they read the pieces.
-                    Removes the launch gap and the merge's first round trip from the critical path;
-                    Nsight Compute on the H200 (2026-11-30) put the piece kernel alone at FlashInfer's
-                    whole time on batches 16 and 64 and the merge kernel at 8-10 us. Under the
-                    interpreter (no griddepcontrol) it is "launch".
+                    Made because Nsight Compute on the H200 (2026-11-30) put the piece kernel alone
+                    under FlashInfer's whole kernel and the merge kernel at 7-10 us. Measured: 0.6-1.1
+                    us less per call than "launch" (graph replay), not the 2-4 us hoped for: merge
+                    programs seldom fit beside two piece programs (registers), so few start early.
+                    Under the interpreter (no griddepcontrol) it is "launch".
 The merge (any mode but "last") is one pass, online over tiles of pieces: each step loads a tile's
 lse values and outputs together.
 
