@@ -74,7 +74,7 @@ def check_against_reference(module, inputs, calls=2):
         assert_matches_reference(ref, lengths, output, lse)
 
 
-@pytest.mark.parametrize("combine", ["last", "launch", "ctas", "pdl"])
+@pytest.mark.parametrize("combine", ["last", "launch", "ctas", "pdl", "peers"])
 def test_flashdecode_edges(tmp_path, combine):
     """Empty requests first, in the middle and last; a request of exactly one chunk, one a token
     longer, one of many pieces; 70 requests (more than one 64-entry scan step) in the second case."""
@@ -101,6 +101,20 @@ def test_flashdecode_single_request_in_many_pieces(tmp_path, length, count):
     check_against_reference(module, inputs)
     (plan,) = module._PLANS.values()
     assert (plan.merge is None) == (count <= module.LAST_MAX_PIECES)
+
+
+@pytest.mark.parametrize("length,count", [(400, 7), (700, 11)])
+def test_peers_single_request(tmp_path, length, count):
+    """COMBINE "peers" on batch 1: up to PEER_MAX pieces (CPU_MULTIPROCESSORS here) merged by the
+    pieces, more as at "last"; no merge kernel either way, the counters back at zero after each call."""
+    module = variant({"COMBINE": "peers", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4}, tmp_path, f"peers{length}")
+    inputs = edge_inputs([length], seed=15)
+    chunk, n = pieces(module, inputs["kv_indptr"].numpy(), module.PARAMS)
+    assert n == [count] and (count <= module.CPU_MULTIPROCESSORS) == (length == 400)
+    check_against_reference(module, inputs)
+    (plan,) = module._PLANS.values()
+    assert plan.merge is None and plan.piece[1]["PEERS"]
+    assert int(plan.counters.abs().sum()) == 0 and int(plan.merge_done.abs().sum()) == 0
 
 
 def test_flashdecode_dispatch(tmp_path):
@@ -175,6 +189,28 @@ def test_pdl_plan_launches_the_merge_kernel_as_a_programmatic_dependent():
         assert merge.grid == (64, 512 // merge_c["COMBINE_D"], 1)
     short = module._make_plan(cpu, 64, 16, 512, 64, 60, False)  # the chunk (>= 64 tokens) holds the batch
     assert short.merge is None and not short.piece[1]["PDL"]
+
+
+def test_peers_plan_merges_in_the_pieces_launch():
+    """COMBINE "peers": one launch (no merge kernel, no extra programs), the pieces' merge tile spans
+    up to 16 of a typical request's pieces with one column block per piece; requests in more pieces
+    than multiprocessors (PEER_MAX) merge as at "last". (Under the interpreter test_flashdecode_edges
+    runs it: the last piece of a request to finish merges all its columns with the same code.)"""
+    module = load_module_from_path(family().path, "flashdecode_peers_plan")
+    module.PARAMS = {**module.PARAMS, "COMBINE": "peers"}
+    cpu = torch.device("cpu")
+    for batch, total in [(64, 75145), (16, 17257), (16, 457), (1, 2708)]:
+        for interpreted in (False, True):
+            plan = module._make_plan(cpu, batch, 16, 512, 64, total, interpreted)
+            launch, c = plan.piece
+            assert plan.merge is None and launch.grid == (plan.programs, 1, 1)
+            assert c["PEERS"] and not c["LAST_MERGES"] and not c["MERGE_PROGRAMS"]
+            assert c["PEER_MAX"] == module.CPU_MULTIPROCESSORS  # the device's multiprocessors (a CPU here)
+            typical = -(-total // plan.chunk) if batch == 1 else -(-plan.programs // batch) + 1
+            assert c["COMBINE_S"] >= min(typical, 16) and c["COMBINE_S"] * 16 * c["COMBINE_D"] <= module.PEER_TILE
+            assert 512 // c["COMBINE_D"] <= max(2, c["COMBINE_S"])  # one column block per piece
+    short = module._make_plan(cpu, 64, 16, 512, 64, 60, False)  # the chunk holds the batch: nothing to merge
+    assert not short.piece[1]["PEERS"] and short.merge is None
 
 
 def test_merge_programs_tile_on_a_gpu():
