@@ -51,8 +51,21 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
                     us less per call than "launch" (graph replay), not the 2-4 us hoped for: merge
                     programs seldom fit beside two piece programs (registers), so few start early.
                     Under the interpreter (no griddepcontrol) it is "launch".
+  COMBINE "peers":  the pieces of a request merge it together, in the pieces' launch: each counts itself
+                    done (release, after a CTA barrier), waits until all have (acquire), then merges its
+                    share of the columns from all the pieces (read past L1); the last to finish resets
+                    the counters. One launch, no extra programs, and the merge is spread over the
+                    request's pieces, which finish at about the same time (one wave of equal pieces).
+                    A piece waits only for pieces of its own request, consecutive programs that start
+                    in grid order (as "ctas" relies on), so at most PEER_MAX of them must run at once
+                    (the multiprocessors: one block each always fits); a request in more pieces is
+                    merged as at "last". Made because the merge kernel
+                    took 7-8 us on batches 16 and 64 (Nsight Compute, 2026-12-01), mostly waves of
+                    small programs and their launch, for ~8 MB read from L2. Under the interpreter,
+                    whose programs run one after another, the last piece of a request to finish
+                    merges all its columns (the same merge code, no waiting).
 The merge (any mode but "last") is one pass, online over tiles of pieces: each step loads a tile's
-lse values and outputs together.
+lse values and outputs together ("peers": one piece's slice at a time, unrolled over the tile).
 
 Host path: the timed call must be launches only. run() keeps one plan per (device, batch_size,
 num_kv_indices): parameters (from DISPATCH or PARAMS), CHUNK, grids, workspace views; after the
@@ -87,7 +100,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 #   PROGRAMS_PER_SM   programs per multiprocessor that big batches are cut into
 #   COMBINE           "last": the last piece of a request merges it (one launch); "launch": a merge kernel;
 #                     "ctas": merge programs in the pieces' launch; "pdl": the merge kernel as a
-#                     programmatic dependent launch
+#                     programmatic dependent launch; "peers": a request's pieces merge it together
 #   FAST_LAUNCH       launch compiled kernels directly after the first call of a shape
 #   num_warps, num_stages   the main kernel's launch options
 #   maxnreg           the main kernel's register cap (None: Triton's choice), e.g. 128 for 2 CTAs of 8 warps per SM
@@ -98,28 +111,28 @@ PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE":
 # A call takes the entry of the nearest batch size, then the nearest token count (both on a log
 # scale); its params are merged over PARAMS. Empty: PARAMS for every shape.
 DISPATCH = [
-    [{"batch_size": 1, "num_kv_indices": 8}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 308}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 508}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 608}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 808}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 1008}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 1108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 1208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 1908}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 2408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "ctas", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 1, "num_kv_indices": 2708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5}],
-    [{"batch_size": 16, "num_kv_indices": 457}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 1857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 8}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 308}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 508}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 608}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 808}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 1008}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 1108}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 1208}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 1908}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "launch", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 2408}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 1, "num_kv_indices": 2708}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 457}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 1857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 2757}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 3557}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 4357}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 5057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 5857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 5857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 6657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 7257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 8057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
@@ -128,23 +141,23 @@ DISPATCH = [
     [{"batch_size": 16, "num_kv_indices": 10857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 12857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 14857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 17257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 9945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 16345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 22745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 27545}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 30745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 33945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 37145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 40345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 44845}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 48045}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 51245}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 54445}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 57645}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 62345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 68745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 75145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 17257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 9945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 16345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 22745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 27545}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 30745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 33945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 37145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 40345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 44845}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 48045}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 51245}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 54445}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 57645}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 62345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 68745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 75145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
 ]
 
 LOG2E = 1.0 / math.log(2.0)
@@ -152,6 +165,10 @@ COMBINE_TILE = 2048  # elements of the merge kernel's [pieces, heads, columns] t
 COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its piece
 CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for PROGRAMS_PER_SM
 LAST_MAX_PIECES = 8  # batch 1 cut into more pieces than this merges in a merge kernel even at COMBINE "last"
+# COMBINE "peers": a piece's merge step covers PEER_TILE fp32 elements ([pieces, heads, columns]).
+# Requests in at most one piece per multiprocessor are merged by their pieces together; longer ones
+# as at "last" (see _merge_with_peers).
+PEER_TILE = 8192
 
 _MULTIPROCESSORS = {}
 _WORKSPACE = {}
@@ -189,12 +206,15 @@ def _pieces_before(kv_indptr_ptr, batch_size, chunk, pid, COUNT_B: tl.constexpr)
 
 @triton.jit
 def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
-           part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, batch_size, total_tokens, chunk,
+           part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr, qk_scale, batch_size, total_tokens, chunk,
            NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr,
            BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, LAST_MERGES: tl.constexpr, COUNT_DONE: tl.constexpr,
+           PEERS: tl.constexpr, PEER_MAX: tl.constexpr, COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr,
            COUNT_B: tl.constexpr, INTERPRETED: tl.constexpr):
     """Piece `pid` of the batch (see the module docstring); COUNT_DONE: a piece of a longer request
-    adds 1 to its request's counter once its partial result is stored (for the merge programs)."""
+    adds 1 to its request's counter once its partial result is stored (for the merge programs);
+    PEERS: the pieces of a request in at most PEER_MAX pieces merge it together (COMBINE "peers"),
+    those of a longer one as in "last"."""
     if SINGLE:
         zero = pid * 0
         b = zero
@@ -275,36 +295,93 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
                 tl.debug_barrier()
                 tl.atomic_add(counter_ptr + b, 1, sem="release")
             if LAST_MERGES:
-                # Every thread's stores above come before the ticket (barrier, then a release by the
-                # atomic); the last ticket's acquire orders the reads of the other pieces after it.
-                tl.debug_barrier()
-                ticket = tl.atomic_add(counter_ptr + b, 1, sem="acq_rel")
-                if ticket == n_pieces - 1:
-                    m = piece_lse
-                    l_sum = tl.full([BLOCK_H], 1.0, dtype=tl.float32)
-                    acc = o
-                    zero64 = tl.zeros([BLOCK_H], dtype=tl.int64)
-                    for s_idx in range(first, first + n_pieces):
-                        s64 = zero64 + s_idx  # [BLOCK_H], all s_idx
-                        keep = mask_h & (s64 != slot)  # the program's own piece is in registers
-                        lse_s = tl.load(part_lse_ptr + s64 * NUM_HEADS + offs_h, mask=keep,
-                                        other=float("-inf"), cache_modifier=".cg")
-                        o_s = tl.load(part_o_ptr + s64[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
-                                      + offs_c[None, :], mask=keep[:, None], other=0.0, cache_modifier=".cg")
-                        m_new = tl.maximum(m, lse_s)
-                        m_new = tl.where(mask_h, m_new, 0.0)  # padded heads: keep everything finite
-                        alpha = tl.exp2(m - m_new)
-                        w = tl.exp2(lse_s - m_new)
-                        acc = acc * alpha[:, None] + o_s * w[:, None]
-                        l_sum = l_sum * alpha + w
-                        m = m_new
-                    if INTERPRETED:
-                        o_out = _bf16_rne(acc / l_sum[:, None])
-                    else:
-                        o_out = (acc / l_sum[:, None]).to(out_ptr.dtype.element_ty)
-                    tl.store(out_ptr + out_offs, o_out, mask=mask_h[:, None])
-                    tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
-                    tl.atomic_xchg(counter_ptr + b, 0)  # ready for the next call
+                _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                               counter_ptr, NUM_HEADS, D_CKV, BLOCK_H, INTERPRETED)
+            if PEERS:
+                if n_pieces <= PEER_MAX:
+                    _merge_with_peers(pid - first, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                                      counter_ptr, merge_done_ptr, NUM_HEADS, D_CKV, BLOCK_H, COMBINE_S, COMBINE_D,
+                                      INTERPRETED)
+                else:
+                    _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, part_o_ptr,
+                                   part_lse_ptr, counter_ptr, NUM_HEADS, D_CKV, BLOCK_H, INTERPRETED)
+
+
+@triton.jit
+def _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
+                   NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETED: tl.constexpr):
+    """COMBINE "last" for piece `slot` of request b, whose result (o, piece_lse) is stored and still in
+    registers: a ticket; the program that draws the last one merges the request's pieces, one after
+    another, and resets the counter for the next call."""
+    offs_h = tl.arange(0, BLOCK_H)
+    mask_h = offs_h < NUM_HEADS
+    offs_c = tl.arange(0, D_CKV)
+    b64 = b.to(tl.int64)
+    # Every thread's stores come before the ticket (barrier, then a release by the atomic); the last
+    # ticket's acquire orders the reads of the other pieces after it.
+    tl.debug_barrier()
+    ticket = tl.atomic_add(counter_ptr + b, 1, sem="acq_rel")
+    if ticket == n_pieces - 1:
+        m = piece_lse
+        l_sum = tl.full([BLOCK_H], 1.0, dtype=tl.float32)
+        acc = o
+        zero64 = tl.zeros([BLOCK_H], dtype=tl.int64)
+        for s_idx in range(first, first + n_pieces):
+            s64 = zero64 + s_idx  # [BLOCK_H], all s_idx
+            keep = mask_h & (s64 != slot)  # the program's own piece is in registers
+            lse_s = tl.load(part_lse_ptr + s64 * NUM_HEADS + offs_h, mask=keep,
+                            other=float("-inf"), cache_modifier=".cg")
+            o_s = tl.load(part_o_ptr + s64[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
+                          + offs_c[None, :], mask=keep[:, None], other=0.0, cache_modifier=".cg")
+            m_new = tl.maximum(m, lse_s)
+            m_new = tl.where(mask_h, m_new, 0.0)  # padded heads: keep everything finite
+            alpha = tl.exp2(m - m_new)
+            w = tl.exp2(lse_s - m_new)
+            acc = acc * alpha[:, None] + o_s * w[:, None]
+            l_sum = l_sum * alpha + w
+            m = m_new
+        if INTERPRETED:
+            o_out = _bf16_rne(acc / l_sum[:, None])
+        else:
+            o_out = (acc / l_sum[:, None]).to(out_ptr.dtype.element_ty)
+        out_offs = b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :]
+        tl.store(out_ptr + out_offs, o_out, mask=mask_h[:, None])
+        tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
+        tl.atomic_xchg(counter_ptr + b, 0)  # ready for the next call
+
+
+@triton.jit
+def _merge_with_peers(k, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr,
+                      NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, COMBINE_S: tl.constexpr,
+                      COMBINE_D: tl.constexpr, INTERPRETED: tl.constexpr):
+    """COMBINE "peers" for piece k (0 .. n_pieces - 1) of request b, whose result is stored: counts
+    itself done, waits until all n_pieces are, then merges column blocks k, k + n_pieces, .. of the
+    request (all its pieces, read past L1); the request's last piece to finish merging resets both
+    counters for the next call. The wait needs every piece of the request running or finished: they
+    are consecutive programs and blocks start in grid order (observed, as "ctas" relies on), so at
+    most n_pieces <= PEER_MAX (the multiprocessors: one block each always fits) must run at once.
+    Under the interpreter, whose programs run one after another, the last piece to count itself done
+    merges every column block instead of waiting."""
+    n_col: tl.constexpr = D_CKV // COMBINE_D
+    tl.debug_barrier()  # every thread's stores come before the count (released by the atomic)
+    if INTERPRETED:
+        if tl.atomic_add(counter_ptr + b, 1, sem="acq_rel") == n_pieces - 1:
+            for d_blk in range(0, n_col):
+                _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                                       NUM_HEADS, D_CKV, BLOCK_H, COMBINE_S, COMBINE_D, ".cg", INTERPRETED)
+            tl.atomic_xchg(counter_ptr + b, 0)
+    else:
+        tl.atomic_add(counter_ptr + b, 1, sem="release")
+        done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
+        while done < n_pieces:
+            done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
+        for d_blk in range(k, n_col, n_pieces):
+            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
+                                   D_CKV, BLOCK_H, COMBINE_S, COMBINE_D, ".cg", INTERPRETED)
+        finished = tl.atomic_add(merge_done_ptr + b, 1, sem="acq_rel")
+        if finished == n_pieces - 1:  # every piece has left the wait: reset for the next call
+            tl.atomic_xchg(counter_ptr + b, 0)
+            tl.atomic_xchg(merge_done_ptr + b, 0)
 
 
 @triton.jit
@@ -326,6 +403,23 @@ def _request_pieces(kv_indptr_ptr, b, total_tokens, chunk, SINGLE: tl.constexpr,
         end = tl.load(kv_indptr_ptr + b + 1)
         n_pieces = tl.maximum((end - start + chunk - 1) // chunk, 1)
     return first, n_pieces
+
+
+@triton.jit
+def _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_ptr, NUM_HEADS: tl.constexpr,
+                  D_CKV: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Request b's merged columns offs_d (acc / l_sum, in the output's dtype) and, at d_blk 0, its lse."""
+    l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
+    acc = acc / l_sum[:, None]
+    if INTERPRETED:
+        o_out = _bf16_rne(acc)
+    else:
+        o_out = acc.to(out_ptr.dtype.element_ty)
+    b64 = b.to(tl.int64)
+    tl.store(out_ptr + b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_d[None, :], o_out,
+             mask=mask_h[:, None])
+    if d_blk == 0:
+        tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
 
 
 @triton.jit
@@ -361,17 +455,45 @@ def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_
         l_sum = l_sum * alpha + tl.sum(w, axis=0)
         acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, axis=0)
         m = m_new
-    l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
-    acc = acc / l_sum[:, None]
-    if INTERPRETED:
-        o_out = _bf16_rne(acc)
-    else:
-        o_out = acc.to(out_ptr.dtype.element_ty)
-    b64 = b.to(tl.int64)
-    tl.store(out_ptr + b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_d[None, :], o_out,
-             mask=mask_h[:, None])
-    if d_blk == 0:
-        tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
+    _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
+
+
+@triton.jit
+def _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                           NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr,
+                           COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr, CACHE: tl.constexpr,
+                           INTERPRETED: tl.constexpr):
+    """As _merge_pieces, for the pieces' programs of COMBINE "peers" (one warp per scheduler, 222
+    registers): each piece's [heads, columns] slice and lse are folded in one after another (online),
+    unrolled COMBINE_S pieces at a time, so every load of a step is issued before the first is used
+    and no value crosses threads. _merge_pieces' [pieces, heads, columns] tile reduces over threads
+    (~1900 instructions per step of 8192 elements, mostly one dependent chain): inside the pieces'
+    programs a step took ~5 us on the H200 (2026-12-01). In the merge kernel, with many programs per
+    SM, the 3-D tile was as fast or faster (a long chain of unrolled steps is not)."""
+    last = first + n_pieces - 1  # inclusive
+    offs_h = tl.arange(0, BLOCK_H)
+    mask_h = offs_h < NUM_HEADS
+    offs_d = d_blk * COMBINE_D + tl.arange(0, COMBINE_D)
+    m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, COMBINE_D], dtype=tl.float32)
+    zero64 = tl.zeros([BLOCK_H], dtype=tl.int64)
+    for s0 in range(first, last + 1, COMBINE_S):
+        for i in tl.static_range(COMBINE_S):
+            slot = zero64 + (s0 + i)  # [BLOCK_H], all the slot's number
+            valid = mask_h & (slot <= last)
+            lse_s = tl.load(part_lse_ptr + slot * NUM_HEADS + offs_h, mask=valid, other=float("-inf"),
+                            cache_modifier=CACHE)
+            o_s = tl.load(part_o_ptr + slot[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
+                          + offs_d[None, :], mask=valid[:, None], other=0.0, cache_modifier=CACHE)
+            m_new = tl.maximum(m, lse_s)
+            m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first slot is a piece)
+            alpha = tl.exp2(m - m_new)
+            w = tl.exp2(lse_s - m_new)  # 0 past the last piece
+            l_sum = l_sum * alpha + w
+            acc = acc * alpha[:, None] + o_s * w[:, None]
+            m = m_new
+    _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
 
 
 @triton.jit
@@ -419,7 +541,9 @@ def _fd_piece_kernel(
     INTERPRETED: tl.constexpr,
     MERGE_PROGRAMS: tl.constexpr,  # COMBINE == "ctas": programs n_programs .. merge the pieces
     PDL: tl.constexpr,  # COMBINE == "pdl": the merge kernel may launch once every program has started
-    COMBINE_S: tl.constexpr,  # the merge programs' tiles (as the merge kernel's)
+    PEERS: tl.constexpr,  # COMBINE == "peers": a request's pieces merge it together
+    PEER_MAX: tl.constexpr,  # at "peers", requests in more pieces are merged as at "last" (the multiprocessors)
+    COMBINE_S: tl.constexpr,  # the merge programs' and peers' tiles (as the merge kernel's)
     COMBINE_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -435,12 +559,14 @@ def _fd_piece_kernel(
                            SINGLE, COMBINE_S, COMBINE_D, COUNT_B, INTERPRETED)
         else:
             _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
-                   part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, batch_size, total_tokens, chunk,
-                   NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, True, COUNT_B, INTERPRETED)
+                   part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr, qk_scale, batch_size, total_tokens, chunk,
+                   NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, True, PEERS, PEER_MAX, COMBINE_S,
+                   COMBINE_D, COUNT_B, INTERPRETED)
     else:
         _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
-               part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, batch_size, total_tokens, chunk,
-               NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, False, COUNT_B, INTERPRETED)
+               part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr, qk_scale, batch_size, total_tokens, chunk,
+               NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, False, PEERS, PEER_MAX, COMBINE_S,
+               COMBINE_D, COUNT_B, INTERPRETED)
 
 
 @triton.jit(do_not_specialize=["batch_size", "total_tokens", "chunk"])
@@ -522,6 +648,13 @@ def _merge_programs_tile(programs, batch_size, pieces_per_request, block_h, d_ck
     columns = d_ckv // column_blocks
     pieces = max(1, min(32, triton.next_power_of_2(pieces_per_request), 4096 // (block_h * columns)))
     return pieces, columns
+
+
+def _peers_tile(pieces_per_request, block_h, d_ckv):
+    """(pieces, columns) of the tile of COMBINE "peers": PEER_TILE elements, as many column blocks as a
+    request has pieces, up to 16 (each piece merges one block, its loads in one step per 16 pieces)."""
+    pieces = min(16, max(2, triton.next_power_of_2(pieces_per_request)))
+    return pieces, max(8, min(d_ckv, PEER_TILE // (block_h * pieces)))
 
 
 def plan(batch_size, num_kv_indices, multiprocessors, params=None):
@@ -617,17 +750,23 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     ctas = p["COMBINE"] == "ctas" and several
     # "pdl": the merge kernel as a programmatic dependent launch (griddepcontrol: none under the interpreter)
     pdl = p["COMBINE"] == "pdl" and several and not interpreted
+    # "peers": no merge launch; a request in more pieces than PEER_MAX (the multiprocessors: all of
+    # them can run at once) merges as at "last"
+    peers = p["COMBINE"] == "peers" and several
     # pieces of a request: all of them for batch 1, about the average otherwise
     typical = triton.cdiv(total, chunk) if pl.single else triton.cdiv(programs, batch_size) + 1
     if ctas:
         combine_s, combine_d = _merge_programs_tile(programs, batch_size, typical, block_h, d_ckv, interpreted)
+    elif peers:
+        combine_s, combine_d = _peers_tile(typical, block_h, d_ckv)
     else:
         combine_s, combine_d = _combine_tile(typical, block_h, d_ckv, interpreted)
     fast = bool(p["FAST_LAUNCH"]) and not interpreted
+    tiled = ctas or peers  # the tile only where used (one compiled kernel for the other modes)
     constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=block_h, BLOCK_N=p["BLOCK_N"],
                       SINGLE=pl.single, LAST_MERGES=last, COUNT_B=COUNT_B, INTERPRETED=interpreted,
-                      MERGE_PROGRAMS=ctas, PDL=pdl,  # the tile only where used (one compiled kernel)
-                      COMBINE_S=combine_s if ctas else 1, COMBINE_D=combine_d if ctas else d_ckv)
+                      MERGE_PROGRAMS=ctas, PDL=pdl, PEERS=peers, PEER_MAX=sms if peers else 0,
+                      COMBINE_S=combine_s if tiled else 1, COMBINE_D=combine_d if tiled else d_ckv)
     # "ctas": the merge programs (batch x column blocks, the merge kernel's grid) follow the pieces
     grid = programs + (batch_size * (d_ckv // combine_d) if ctas else 0)
     options = {"num_warps": p["num_warps"], "num_stages": p["num_stages"]}
@@ -635,7 +774,7 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
         options["maxnreg"] = p["maxnreg"]
     pl.piece = (_Launch(_fd_piece_kernel, (grid, 1, 1), options, fast), constexprs)
     pl.merge = None
-    if not last and not ctas and several:
+    if not last and not ctas and not peers and several:
         merge_constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, BLOCK_H=block_h, SINGLE=pl.single,
                                 COMBINE_S=combine_s, COMBINE_D=combine_d, COUNT_B=COUNT_B,
                                 INTERPRETED=interpreted, PDL=pdl)
@@ -688,7 +827,8 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
     launch, c = pl.piece
     scalars = (float(sm_scale) * LOG2E, batch_size, total, pl.chunk, pl.programs,
                c["NUM_HEADS"], c["D_CKV"], c["D_KPE"], c["BLOCK_H"], c["BLOCK_N"], c["SINGLE"], c["LAST_MERGES"],
-               c["COUNT_B"], c["INTERPRETED"], c["MERGE_PROGRAMS"], c["PDL"], c["COMBINE_S"], c["COMBINE_D"])
+               c["COUNT_B"], c["INTERPRETED"], c["MERGE_PROGRAMS"], c["PDL"], c["PEERS"], c["PEER_MAX"],
+               c["COMBINE_S"], c["COMBINE_D"])
     launch((q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, output, lse, pl.part_o, pl.part_lse,
             pl.counters, pl.merge_done, *scalars), direct, (*ptrs, *pl.workspace_ptrs, *scalars) if direct else None)
     if pl.merge is not None:
