@@ -68,7 +68,8 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
                     programs run one after another, the last piece of a request to finish merges
                     all its columns (the same merge code, no waiting).
 The merge (any mode but "last") is one pass, online over tiles of pieces: each step loads a tile's
-lse values and outputs together ("peers": one piece's slice at a time, unrolled over the tile).
+lse values and outputs together ("peers": one piece's slice at a time, unrolled over a tile chosen
+from the request's piece count, see _merge_share).
 
 Host path: the timed call must be launches only. run() keeps one plan per (device, batch_size,
 num_kv_indices): parameters (from DISPATCH or PARAMS), CHUNK, grids, workspace views; after the
@@ -137,13 +138,13 @@ DISPATCH = [
     [{"batch_size": 16, "num_kv_indices": 5057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 5857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 6657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 7257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 8057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 8857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 9657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 10857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 12857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
-    [{"batch_size": 16, "num_kv_indices": 14857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "COMBINE": "pdl", "FAST_LAUNCH": True, "num_warps": 8, "num_stages": 9, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 7257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 8057}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 8857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 9657}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 10857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 12857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 16, "num_kv_indices": 14857}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 16, "num_kv_indices": 17257}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 64, "num_kv_indices": 9945}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 64, "num_kv_indices": 16345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
@@ -158,9 +159,9 @@ DISPATCH = [
     [{"batch_size": 64, "num_kv_indices": 51245}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 64, "num_kv_indices": 54445}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
     [{"batch_size": 64, "num_kv_indices": 57645}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 62345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 68745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
-    [{"batch_size": 64, "num_kv_indices": 75145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 62345}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 68745}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
+    [{"batch_size": 64, "num_kv_indices": 75145}, {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "COMBINE": "peers", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}],
 ]
 
 LOG2E = 1.0 / math.log(2.0)
@@ -168,10 +169,6 @@ COMBINE_TILE = 2048  # elements of the merge kernel's [pieces, heads, columns] t
 COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its piece
 CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for PROGRAMS_PER_SM
 LAST_MAX_PIECES = 8  # batch 1 cut into more pieces than this merges in a merge kernel even at COMBINE "last"
-# COMBINE "peers": a piece's merge step covers PEER_TILE fp32 elements ([pieces, heads, columns]).
-# Requests in at most one piece per multiprocessor are merged by their pieces together; longer ones
-# as at "last" (see _merge_with_peers).
-PEER_TILE = 8192
 
 _MULTIPROCESSORS = {}
 _WORKSPACE = {}
@@ -303,8 +300,7 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
             if PEERS:
                 if n_pieces <= PEER_MAX:
                     _merge_with_peers(pid - first, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                                      counter_ptr, merge_done_ptr, NUM_HEADS, D_CKV, BLOCK_H, COMBINE_S, COMBINE_D,
-                                      INTERPRETED)
+                                      counter_ptr, merge_done_ptr, NUM_HEADS, D_CKV, BLOCK_H, INTERPRETED)
                 else:
                     _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, part_o_ptr,
                                    part_lse_ptr, counter_ptr, NUM_HEADS, D_CKV, BLOCK_H, INTERPRETED)
@@ -355,36 +351,58 @@ def _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, par
 
 @triton.jit
 def _merge_with_peers(k, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr,
-                      NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, COMBINE_S: tl.constexpr,
-                      COMBINE_D: tl.constexpr, INTERPRETED: tl.constexpr):
+                      NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETED: tl.constexpr):
     """COMBINE "peers" for piece k (0 .. n_pieces - 1) of request b, whose result is stored: counts
-    itself done, waits until all n_pieces are, then merges column blocks k, k + n_pieces, .. of the
-    request (all its pieces, read past L1); the request's last piece to finish merging resets both
-    counters for the next call. The wait needs every piece of the request running or finished: they
-    are consecutive programs and blocks start in grid order (observed, as "ctas" relies on), so at
-    most n_pieces <= PEER_MAX (the multiprocessors: one block each always fits) must run at once.
+    itself done, waits until all n_pieces are, then merges its share of the request's column blocks
+    (all its pieces, read past L1); the request's last piece to finish merging resets both counters
+    for the next call. The wait needs every piece of the request running or finished: they are
+    consecutive programs and blocks start in grid order (observed, as "ctas" relies on), so at most
+    n_pieces <= PEER_MAX (the multiprocessors: one block each always fits) must run at once.
     Under the interpreter, whose programs run one after another, the last piece to count itself done
     merges every column block instead of waiting."""
-    n_col: tl.constexpr = D_CKV // COMBINE_D
     tl.debug_barrier()  # every thread's stores come before the count (released by the atomic)
     if INTERPRETED:
         if tl.atomic_add(counter_ptr + b, 1, sem="acq_rel") == n_pieces - 1:
-            for d_blk in range(0, n_col):
-                _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                                       NUM_HEADS, D_CKV, BLOCK_H, COMBINE_S, COMBINE_D, ".cg", INTERPRETED)
+            _merge_share(0, 1, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                         BLOCK_H, INTERPRETED)
             tl.atomic_xchg(counter_ptr + b, 0)
     else:
         tl.atomic_add(counter_ptr + b, 1, sem="release")
         done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
         while done < n_pieces:
             done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
-        for d_blk in range(k, n_col, n_pieces):
-            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
-                                   D_CKV, BLOCK_H, COMBINE_S, COMBINE_D, ".cg", INTERPRETED)
+        _merge_share(k, n_pieces, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                     BLOCK_H, INTERPRETED)
         finished = tl.atomic_add(merge_done_ptr + b, 1, sem="acq_rel")
         if finished == n_pieces - 1:  # every piece has left the wait: reset for the next call
             tl.atomic_xchg(counter_ptr + b, 0)
             tl.atomic_xchg(merge_done_ptr + b, 0)
+
+
+@triton.jit
+def _merge_share(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS: tl.constexpr,
+                 D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Column blocks k, k + stride, .. of request b merged from its n_pieces pieces, with the tile that
+    fits the request's real piece count: S pieces x D_CKV / S columns (S = 2, 4, 8, 16), so a request
+    in n <= 16 pieces has n or more column blocks and each piece merges about one block in one step
+    of S slices. (A tile sized from the batch's mean count cost 8 blocks x 16 steps per piece on the
+    2-piece requests of a batch whose longest request has 35 pieces.)"""
+    if n_pieces <= 2:
+        for d_blk in range(k, 2, stride):
+            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
+                                   D_CKV, BLOCK_H, 2, D_CKV // 2, ".cg", INTERPRETED)
+    elif n_pieces <= 4:
+        for d_blk in range(k, 4, stride):
+            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
+                                   D_CKV, BLOCK_H, 4, D_CKV // 4, ".cg", INTERPRETED)
+    elif n_pieces <= 8:
+        for d_blk in range(k, 8, stride):
+            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
+                                   D_CKV, BLOCK_H, 8, D_CKV // 8, ".cg", INTERPRETED)
+    else:
+        for d_blk in range(k, 16, stride):
+            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
+                                   D_CKV, BLOCK_H, 16, D_CKV // 16, ".cg", INTERPRETED)
 
 
 @triton.jit
@@ -546,7 +564,7 @@ def _fd_piece_kernel(
     PDL: tl.constexpr,  # COMBINE == "pdl": the merge kernel may launch once every program has started
     PEERS: tl.constexpr,  # COMBINE == "peers": a request's pieces merge it together
     PEER_MAX: tl.constexpr,  # at "peers", requests in more pieces are merged as at "last" (the multiprocessors)
-    COMBINE_S: tl.constexpr,  # the merge programs' and peers' tiles (as the merge kernel's)
+    COMBINE_S: tl.constexpr,  # the merge programs' tiles (as the merge kernel's)
     COMBINE_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -653,13 +671,6 @@ def _merge_programs_tile(programs, batch_size, pieces_per_request, block_h, d_ck
     return pieces, columns
 
 
-def _peers_tile(pieces_per_request, block_h, d_ckv):
-    """(pieces, columns) of the tile of COMBINE "peers": PEER_TILE elements, as many column blocks as a
-    request has pieces, up to 16 (each piece merges one block, its loads in one step per 16 pieces)."""
-    pieces = min(16, max(2, triton.next_power_of_2(pieces_per_request)))
-    return pieces, max(8, min(d_ckv, PEER_TILE // (block_h * pieces)))
-
-
 def plan(batch_size, num_kv_indices, multiprocessors, params=None):
     """(chunk, programs) for a batch: pieces of at most `chunk` tokens, `programs` >= the number of pieces."""
     p = PARAMS if params is None else params
@@ -760,16 +771,14 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     typical = triton.cdiv(total, chunk) if pl.single else triton.cdiv(programs, batch_size) + 1
     if ctas:
         combine_s, combine_d = _merge_programs_tile(programs, batch_size, typical, block_h, d_ckv, interpreted)
-    elif peers:
-        combine_s, combine_d = _peers_tile(typical, block_h, d_ckv)
     else:
         combine_s, combine_d = _combine_tile(typical, block_h, d_ckv, interpreted)
     fast = bool(p["FAST_LAUNCH"]) and not interpreted
-    tiled = ctas or peers  # the tile only where used (one compiled kernel for the other modes)
     constexprs = dict(NUM_HEADS=num_heads, D_CKV=d_ckv, D_KPE=d_kpe, BLOCK_H=block_h, BLOCK_N=p["BLOCK_N"],
                       SINGLE=pl.single, LAST_MERGES=last, COUNT_B=COUNT_B, INTERPRETED=interpreted,
                       MERGE_PROGRAMS=ctas, PDL=pdl, PEERS=peers, PEER_MAX=sms if peers else 0,
-                      COMBINE_S=combine_s if tiled else 1, COMBINE_D=combine_d if tiled else d_ckv)
+                      # the tile only where used (one compiled kernel for the other modes)
+                      COMBINE_S=combine_s if ctas else 1, COMBINE_D=combine_d if ctas else d_ckv)
     # "ctas": the merge programs (batch x column blocks, the merge kernel's grid) follow the pieces
     grid = programs + (batch_size * (d_ckv // combine_d) if ctas else 0)
     options = {"num_warps": p["num_warps"], "num_stages": p["num_stages"]}
