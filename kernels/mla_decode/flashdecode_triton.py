@@ -62,9 +62,10 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
                     merged as at "last". Made because the merge kernel took 7-8 us on batches 16
                     and 64 (Nsight Compute, 2026-12-01), mostly waves of small programs and their
                     launch, for ~8 MB read from L2. Measured (H200, graph replay): 0-1 us faster than
-                    "pdl" on batch 64, 2-3 us slower on small batch-16 shapes; the merge inside
-                    the pieces still costs 2-10 us of kernel time. Under events, its one launch won
-                    batch 1 (1.18x against "ctas" 1.06x in one sweep). Under the interpreter, whose
+                    "pdl" on batch 64, ahead of it on batch 16 from ~7000 tokens up once the merge
+                    tile was chosen per request (_merge_share), 2-3 us slower on small batch-16
+                    shapes. Under events, its one launch won batch 1 (1.18x against "ctas" 1.06x
+                    in one sweep). Under the interpreter, whose
                     programs run one after another, the last piece of a request to finish merges
                     all its columns (the same merge code, no waiting).
 The merge (any mode but "last") is one pass, online over tiles of pieces: each step loads a tile's
