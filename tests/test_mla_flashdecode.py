@@ -103,17 +103,22 @@ def test_flashdecode_single_request_in_many_pieces(tmp_path, length, count):
     assert (plan.merge is None) == (count <= module.LAST_MAX_PIECES)
 
 
-@pytest.mark.parametrize("length,count", [(400, 7), (700, 11)])
-def test_peers_single_request(tmp_path, length, count):
-    """COMBINE "peers" on batch 1: up to PEER_MAX pieces (CPU_MULTIPROCESSORS here) merged by the
-    pieces, more as at "last"; no merge kernel either way, the counters back at zero after each call."""
-    module = variant({"COMBINE": "peers", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4}, tmp_path, f"peers{length}")
+@pytest.mark.parametrize("length,count,multiprocessors", [(400, 7, 8), (700, 11, 8), (700, 11, 16)])
+def test_peers_single_request(tmp_path, length, count, multiprocessors):
+    """COMBINE "peers" on batch 1: up to PEER_MAX pieces (the multiprocessors: CPU_MULTIPROCESSORS
+    here) merged by the pieces, with the 8-piece tile (7 pieces) or the 16-piece one (11 pieces,
+    16 multiprocessors); more pieces as at "last". No merge kernel either way, and the counters are
+    back at zero after each call."""
+    module = variant({"COMBINE": "peers", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4}, tmp_path,
+                     f"peers{length}_{multiprocessors}")
+    module.CPU_MULTIPROCESSORS = multiprocessors
     inputs = edge_inputs([length], seed=15)
     chunk, n = pieces(module, inputs["kv_indptr"].numpy(), module.PARAMS)
-    assert n == [count] and (count <= module.CPU_MULTIPROCESSORS) == (length == 400)
+    assert n == [count] and chunk == 64
     check_against_reference(module, inputs)
     (plan,) = module._PLANS.values()
-    assert plan.merge is None and plan.piece[1]["PEERS"]
+    assert plan.piece[1]["PEER_MAX"] == multiprocessors and plan.merge is None and plan.piece[1]["PEERS"]
+    assert (count <= multiprocessors) == (length == 400 or multiprocessors == 16)
     assert int(plan.counters.abs().sum()) == 0 and int(plan.merge_done.abs().sum()) == 0
 
 
