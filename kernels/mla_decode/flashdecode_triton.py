@@ -65,9 +65,9 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
                     "pdl" on batch 64, ahead of it on batch 16 from ~7000 tokens up once the merge
                     tile was chosen per request (_merge_share), 2-3 us slower on small batch-16
                     shapes. Under events, its one launch won batch 1 (1.18x against "ctas" 1.06x
-                    in one sweep). Under the interpreter, whose
-                    programs run one after another, the last piece of a request to finish merges
-                    all its columns (the same merge code, no waiting).
+                    in one sweep). Under the interpreter, whose programs run one after another, the
+                    last piece of a request to finish merges all its columns (the same merge code,
+                    no waiting).
 The merge (any mode but "last") is one pass, online over tiles of pieces: each step loads a tile's
 lse values and outputs together ("peers": one piece's slice at a time, unrolled over a tile chosen
 from the request's piece count, see _merge_share).
@@ -341,21 +341,26 @@ def _merge_share(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, pa
     of S slices. (A tile sized from the batch's mean count cost 8 blocks x 16 steps per piece on the
     2-piece requests of a batch whose longest request has 35 pieces.)"""
     if n_pieces <= 2:
-        for d_blk in range(k, 2, stride):
-            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
-                                   D_CKV, BLOCK_H, 2, D_CKV // 2, ".cg", INTERPRETED)
+        _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                      BLOCK_H, 2, INTERPRETED)
     elif n_pieces <= 4:
-        for d_blk in range(k, 4, stride):
-            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
-                                   D_CKV, BLOCK_H, 4, D_CKV // 4, ".cg", INTERPRETED)
+        _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                      BLOCK_H, 4, INTERPRETED)
     elif n_pieces <= 8:
-        for d_blk in range(k, 8, stride):
-            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
-                                   D_CKV, BLOCK_H, 8, D_CKV // 8, ".cg", INTERPRETED)
+        _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                      BLOCK_H, 8, INTERPRETED)
     else:
-        for d_blk in range(k, 16, stride):
-            _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
-                                   D_CKV, BLOCK_H, 16, D_CKV // 16, ".cg", INTERPRETED)
+        _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                      BLOCK_H, 16, INTERPRETED)
+
+
+@triton.jit
+def _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS: tl.constexpr,
+                  D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, S: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Column blocks k, k + stride, .. < S of request b, each D_CKV / S columns wide, S slices a step."""
+    for d_blk in range(k, S, stride):
+        _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS,
+                               D_CKV, BLOCK_H, S, D_CKV // S, ".cg", INTERPRETED)
 
 
 @triton.jit
