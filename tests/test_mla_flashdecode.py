@@ -83,6 +83,9 @@ def test_flashdecode_edges(tmp_path, combine):
     chunk, n = pieces(module, np.concatenate(([0], np.cumsum(lengths))), module.PARAMS)
     assert chunk == 64 and max(n) >= 4 and n[0] == 1
     check_against_reference(module, edge_inputs(lengths))
+    if combine == "peers":  # two calls: each request that its pieces merged moved its generation on twice
+        (plan,) = module._PLANS.values()
+        assert plan.generations.tolist() == [2 if k > 1 else 0 for k in n]
     many = [int(x) for x in np.random.default_rng(3).integers(0, 12, size=70)]
     many[0] = many[-1] = 0
     many[40] = 200
@@ -103,12 +106,14 @@ def test_flashdecode_single_request_in_many_pieces(tmp_path, length, count):
     assert (plan.merge is None) == (count <= module.LAST_MAX_PIECES)
 
 
-@pytest.mark.parametrize("length,count,multiprocessors", [(400, 7, 8), (700, 11, 8), (700, 11, 16)])
+@pytest.mark.parametrize("length,count,multiprocessors",
+                         [(400, 7, 8), (700, 11, 8), (700, 11, 16), (1300, 21, 32)])
 def test_peers_single_request(tmp_path, length, count, multiprocessors):
     """COMBINE "peers" on batch 1: up to PEER_MAX pieces (the multiprocessors: CPU_MULTIPROCESSORS
-    here) merged by the pieces, with the 8-piece tile (7 pieces) or the 16-piece one (11 pieces,
-    16 multiprocessors); more pieces as at "last". No merge kernel either way, and the counters are
-    back at zero after each call."""
+    here) merged by the pieces, with the 8-piece tile (7 pieces), the 16-piece one (11 pieces, 16
+    multiprocessors) or the 32-piece one (21 pieces, 32 multiprocessors); more pieces as at "last".
+    No merge kernel either way; after each call the count is back at zero and, where the pieces
+    merged, the request's generation word has moved on by one."""
     module = variant({"COMBINE": "peers", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4}, tmp_path,
                      f"peers{length}_{multiprocessors}")
     module.CPU_MULTIPROCESSORS = multiprocessors
@@ -118,8 +123,9 @@ def test_peers_single_request(tmp_path, length, count, multiprocessors):
     check_against_reference(module, inputs)
     (plan,) = module._PLANS.values()
     assert plan.piece[1]["PEER_MAX"] == multiprocessors and plan.merge is None and plan.piece[1]["PEERS"]
-    assert (count <= multiprocessors) == (length == 400 or multiprocessors == 16)
-    assert int(plan.counters.abs().sum()) == 0 and int(plan.merge_done.abs().sum()) == 0
+    assert (count <= multiprocessors) == (length == 400 or multiprocessors >= 16)
+    assert int(plan.counters.abs().sum()) == 0 and plan.sync is plan.generations
+    assert plan.generations.tolist() == ([2] if count <= multiprocessors else [0])  # check_against_reference: 2 calls
 
 
 def test_flashdecode_dispatch(tmp_path):

@@ -52,9 +52,10 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
                     programs seldom fit beside two piece programs (registers), so few start early.
                     Under the interpreter (no griddepcontrol) it is "launch".
   COMBINE "peers":  the pieces of a request merge it together, in the pieces' launch: each counts itself
-                    done (release, after a CTA barrier), waits until all have (acquire), then merges its
-                    share of the columns from all the pieces (read past L1); the last to finish resets
-                    the counters. One launch, no extra programs, and the merge is spread over the
+                    done (acq_rel, after a CTA barrier); the last to count resets the count, moves the
+                    request's generation word on and merges its share of the columns at once, the others
+                    wait for the word to move (acquire loads), then merge theirs from all the pieces
+                    (read past L1). One launch, no extra programs, and the merge is spread over the
                     request's pieces, which finish at about the same time (one wave of equal pieces).
                     A piece waits only for pieces of its own request, consecutive programs that start
                     in grid order (as "ctas" relies on), so at most PEER_MAX of them must run at once
@@ -159,7 +160,7 @@ def _pieces_before(kv_indptr_ptr, batch_size, chunk, pid, COUNT_B: tl.constexpr)
 
 @triton.jit
 def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
-           part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr, qk_scale, batch_size, total_tokens, chunk,
+           part_o_ptr, part_lse_ptr, counter_ptr, sync_ptr, qk_scale, batch_size, total_tokens, chunk,
            NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr,
            BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, LAST_MERGES: tl.constexpr, COUNT_DONE: tl.constexpr,
            PEERS: tl.constexpr, PEER_MAX: tl.constexpr, COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr,
@@ -167,7 +168,8 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
     """Piece `pid` of the batch (see the module docstring); COUNT_DONE: a piece of a longer request
     adds 1 to its request's counter once its partial result is stored (for the merge programs);
     PEERS: the pieces of a request in at most PEER_MAX pieces merge it together (COMBINE "peers"),
-    those of a longer one as in "last"."""
+    those of a longer one as in "last". sync_ptr: per request, the merge programs done ("ctas") or
+    the generation word ("peers")."""
     if SINGLE:
         zero = pid * 0
         b = zero
@@ -200,6 +202,11 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
         if INTERPRETED:
             qn = qn.to(tl.float32)
             qp = qp.to(tl.float32)
+
+        if PEERS:
+            # The request's generation before any of its pieces counts itself done (it moves only
+            # once all have): read here, its latency hides behind the loop.
+            generation = tl.load(sync_ptr + b, volatile=True)
 
         m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -252,8 +259,8 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
                                counter_ptr, NUM_HEADS, D_CKV, BLOCK_H, INTERPRETED)
             if PEERS:
                 if n_pieces <= PEER_MAX:
-                    _merge_with_peers(pid - first, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                                      counter_ptr, merge_done_ptr, NUM_HEADS, D_CKV, BLOCK_H, INTERPRETED)
+                    _merge_with_peers(pid - first, b, first, n_pieces, generation, out_ptr, lse_ptr, part_o_ptr,
+                                      part_lse_ptr, counter_ptr, sync_ptr, NUM_HEADS, D_CKV, BLOCK_H, INTERPRETED)
                 else:
                     _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, part_o_ptr,
                                    part_lse_ptr, counter_ptr, NUM_HEADS, D_CKV, BLOCK_H, INTERPRETED)
@@ -303,43 +310,54 @@ def _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, par
 
 
 @triton.jit
-def _merge_with_peers(k, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr,
-                      NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETED: tl.constexpr):
+def _load_acquire(ptr):
+    """One int32 loaded with acquire semantics at GPU scope (a poll that is a load, not an atomic)."""
+    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _merge_with_peers(k, b, first, n_pieces, generation, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
+                      sync_ptr, NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, BLOCK_H: tl.constexpr,
+                      INTERPRETED: tl.constexpr):
     """COMBINE "peers" for piece k (0 .. n_pieces - 1) of request b, whose result is stored: counts
-    itself done, waits until all n_pieces are, then merges its share of the request's column blocks
-    (all its pieces, read past L1); the request's last piece to finish merging resets both counters
-    for the next call. The wait needs every piece of the request running or finished: they are
-    consecutive programs and blocks start in grid order (observed, as "ctas" relies on), so at most
-    n_pieces <= PEER_MAX (the multiprocessors: one block each always fits) must run at once.
-    Under the interpreter, whose programs run one after another, the last piece to count itself done
-    merges every column block instead of waiting."""
+    itself done (acq_rel). The last to do so resets the count, moves the request's generation word
+    (sync_ptr[b]) past `generation`, the value every piece read before counting itself (release), and
+    merges its share of the request's column blocks at once; the others wait for the word to move
+    (acquire loads), then merge theirs (all the pieces, read past L1). So the last piece goes from its
+    count straight to its merge, nobody polls with atomics, and no piece counts itself out after
+    merging (an earlier version did both: two more round trips to L2 at the end of the kernel).
+    The wait needs every piece of the request running or finished: they are consecutive programs and
+    blocks start in grid order (observed, as "ctas" relies on), so at most n_pieces <= PEER_MAX (the
+    multiprocessors: one block each always fits) must run at once. Under the interpreter, whose
+    programs run one after another, the last piece merges every column block instead."""
     tl.debug_barrier()  # every thread's stores come before the count (released by the atomic)
-    if INTERPRETED:
-        if tl.atomic_add(counter_ptr + b, 1, sem="acq_rel") == n_pieces - 1:
+    arrived = tl.atomic_add(counter_ptr + b, 1, sem="acq_rel")
+    if arrived == n_pieces - 1:  # all pieces are stored (acquired above): reset for the next call
+        tl.atomic_xchg(counter_ptr + b, 0, sem="relaxed")
+        tl.atomic_xchg(sync_ptr + b, generation + 1, sem="release")
+        if INTERPRETED:
             _merge_share(0, 1, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
                          BLOCK_H, INTERPRETED)
-            tl.atomic_xchg(counter_ptr + b, 0)
     else:
-        tl.atomic_add(counter_ptr + b, 1, sem="release")
-        done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
-        while done < n_pieces:
-            done = tl.atomic_add(counter_ptr + b, 0, sem="acquire")
+        if not INTERPRETED:
+            now = _load_acquire(sync_ptr + b)
+            while now == generation:
+                now = _load_acquire(sync_ptr + b)
+    if not INTERPRETED:  # one copy of the merge code for both branches (compile time)
         _merge_share(k, n_pieces, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
                      BLOCK_H, INTERPRETED)
-        finished = tl.atomic_add(merge_done_ptr + b, 1, sem="acq_rel")
-        if finished == n_pieces - 1:  # every piece has left the wait: reset for the next call
-            tl.atomic_xchg(counter_ptr + b, 0)
-            tl.atomic_xchg(merge_done_ptr + b, 0)
 
 
 @triton.jit
 def _merge_share(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS: tl.constexpr,
                  D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETED: tl.constexpr):
     """Column blocks k, k + stride, .. of request b merged from its n_pieces pieces, with the tile that
-    fits the request's real piece count: S pieces x D_CKV / S columns (S = 2, 4, 8, 16), so a request
-    in n <= 16 pieces has n or more column blocks and each piece merges about one block in one step
-    of S slices. (A tile sized from the batch's mean count cost 8 blocks x 16 steps per piece on the
-    2-piece requests of a batch whose longest request has 35 pieces.)"""
+    fits the request's real piece count: S pieces x D_CKV / S columns (S = 2, 4, .., 64), so a request
+    in n <= 64 pieces has n or more column blocks and each piece merges at most one block in one step
+    of S slices (one round trip to L2). (A tile sized from the batch's mean count cost 8 blocks x 16
+    steps per piece on the 2-piece requests of a batch whose longest request has 35 pieces; with S at
+    most 16, that request's pieces took 3 steps each.)"""
     if n_pieces <= 2:
         _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
                       BLOCK_H, 2, INTERPRETED)
@@ -349,9 +367,12 @@ def _merge_share(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, pa
     elif n_pieces <= 8:
         _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
                       BLOCK_H, 8, INTERPRETED)
-    else:
+    elif n_pieces <= 16:
         _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
                       BLOCK_H, 16, INTERPRETED)
+    else:
+        _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
+                      BLOCK_H, 32, INTERPRETED)
 
 
 @triton.jit
@@ -506,7 +527,8 @@ def _merge_program(idx, kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_pt
 @triton.jit(do_not_specialize=["batch_size", "total_tokens", "chunk", "n_programs"])
 def _fd_piece_kernel(
     q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
-    part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr,
+    part_o_ptr, part_lse_ptr, counter_ptr,
+    sync_ptr,  # per request: merge programs done ("ctas"), generation word ("peers")
     qk_scale,  # sm_scale * log2(e)
     batch_size, total_tokens, chunk, n_programs,
     NUM_HEADS: tl.constexpr,  # tensors are contiguous: q_nope [B, H, D_CKV], q_pe [B, H, D_KPE],
@@ -534,16 +556,16 @@ def _fd_piece_kernel(
     if MERGE_PROGRAMS:
         if pid >= n_programs:
             _merge_program(pid - n_programs, kv_indptr_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                           counter_ptr, merge_done_ptr, total_tokens, chunk, NUM_HEADS, D_CKV, BLOCK_H,
+                           counter_ptr, sync_ptr, total_tokens, chunk, NUM_HEADS, D_CKV, BLOCK_H,
                            SINGLE, COMBINE_S, COMBINE_D, COUNT_B, INTERPRETED)
         else:
             _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
-                   part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr, qk_scale, batch_size, total_tokens, chunk,
+                   part_o_ptr, part_lse_ptr, counter_ptr, sync_ptr, qk_scale, batch_size, total_tokens, chunk,
                    NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, True, PEERS, PEER_MAX, COMBINE_S,
                    COMBINE_D, COUNT_B, INTERPRETED)
     else:
         _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
-               part_o_ptr, part_lse_ptr, counter_ptr, merge_done_ptr, qk_scale, batch_size, total_tokens, chunk,
+               part_o_ptr, part_lse_ptr, counter_ptr, sync_ptr, qk_scale, batch_size, total_tokens, chunk,
                NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, False, PEERS, PEER_MAX, COMBINE_S,
                COMBINE_D, COUNT_B, INTERPRETED)
 
@@ -588,19 +610,21 @@ def _multiprocessors(device):
 
 def _workspace(device, slots, batch_size, num_heads, d_ckv):
     """(part_o [slots, heads, d_ckv] fp32, part_lse [slots, heads] fp32, counters [batch] int32 zeros,
-    merge_done [batch] int32 zeros), views of cached buffers. Sizes are rounded up to powers of two, so
-    a handful of buffers serve every workload; none is ever freed or resized, so a CUDA graph that
-    captured one keeps valid memory. The counters are zero between calls: the program that takes a
-    request's last ticket ("last"), or its last merge program ("ctas"), resets them."""
+    merge_done [batch] int32 zeros, generations [batch] int32), views of cached buffers. Sizes are
+    rounded up to powers of two, so a handful of buffers serve every workload; none is ever freed or
+    resized, so a CUDA graph that captured one keeps valid memory. The counters and merge_done are zero
+    between calls: the program that takes a request's last ticket ("last"), its last merge program
+    ("ctas") or its last piece ("peers") resets them. A generation word only moves on ("peers")."""
     cap = triton.next_power_of_2(max(slots, 64))
     cap_b = triton.next_power_of_2(max(batch_size, 64))
     key = (str(device), cap, cap_b, num_heads, d_ckv)
     if key not in _WORKSPACE:
         _WORKSPACE[key] = (torch.empty((cap, num_heads, d_ckv), dtype=torch.float32, device=device),
                            torch.empty((cap, num_heads), dtype=torch.float32, device=device),
-                           torch.zeros((2, cap_b), dtype=torch.int32, device=device))
+                           torch.zeros((3, cap_b), dtype=torch.int32, device=device))
     part_o, part_lse, counters = _WORKSPACE[key]
-    return part_o[:slots], part_lse[:slots], counters[0, :batch_size], counters[1, :batch_size]
+    return (part_o[:slots], part_lse[:slots], counters[0, :batch_size], counters[1, :batch_size],
+            counters[2, :batch_size])
 
 
 def _combine_tile(pieces_per_request, block_h, d_ckv, interpreted):
@@ -701,8 +725,8 @@ def _current_stream(device_index):
 
 
 class _Plan:
-    __slots__ = ("chunk", "programs", "piece", "merge", "part_o", "part_lse", "counters", "merge_done", "single",
-                 "workspace_ptrs")
+    __slots__ = ("chunk", "programs", "piece", "merge", "part_o", "part_lse", "counters", "merge_done",
+                 "generations", "sync", "single", "workspace_ptrs")
 
 
 def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
@@ -711,9 +735,8 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     chunk, programs = plan(batch_size, total, sms, p)
     pl = _Plan()
     pl.chunk, pl.programs, pl.single = chunk, programs, batch_size == 1
-    pl.part_o, pl.part_lse, pl.counters, pl.merge_done = _workspace(device, programs, batch_size, num_heads, d_ckv)
-    # the workspace is never freed or moved (_workspace), so its pointers hold for every call
-    pl.workspace_ptrs = tuple(t.data_ptr() for t in (pl.part_o, pl.part_lse, pl.counters, pl.merge_done))
+    pl.part_o, pl.part_lse, pl.counters, pl.merge_done, pl.generations = _workspace(device, programs, batch_size,
+                                                                                     num_heads, d_ckv)
     block_h = max(16, triton.next_power_of_2(num_heads))
     # One program reads all pieces of its request in the last-piece merge (~1 us per piece): a single
     # request in many pieces is merged by the merge kernel instead, whose programs share the work.
@@ -725,6 +748,9 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     # "peers": no merge launch; a request in more pieces than PEER_MAX (the multiprocessors: all of
     # them can run at once) merges as at "last"
     peers = p["COMBINE"] == "peers" and several
+    pl.sync = pl.generations if peers else pl.merge_done  # the kernel's sync_ptr
+    # the workspace is never freed or moved (_workspace), so its pointers hold for every call
+    pl.workspace_ptrs = tuple(t.data_ptr() for t in (pl.part_o, pl.part_lse, pl.counters, pl.sync))
     # pieces of a request: all of them for batch 1, about the average otherwise
     typical = triton.cdiv(total, chunk) if pl.single else triton.cdiv(programs, batch_size) + 1
     if ctas:
@@ -800,7 +826,7 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
                c["COUNT_B"], c["INTERPRETED"], c["MERGE_PROGRAMS"], c["PDL"], c["PEERS"], c["PEER_MAX"],
                c["COMBINE_S"], c["COMBINE_D"])
     launch((q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, output, lse, pl.part_o, pl.part_lse,
-            pl.counters, pl.merge_done, *scalars), direct, (*ptrs, *pl.workspace_ptrs, *scalars) if direct else None)
+            pl.counters, pl.sync, *scalars), direct, (*ptrs, *pl.workspace_ptrs, *scalars) if direct else None)
     if pl.merge is not None:
         launch, c = pl.merge
         scalars = (batch_size, total, pl.chunk, c["NUM_HEADS"], c["D_CKV"], c["BLOCK_H"], c["SINGLE"],
