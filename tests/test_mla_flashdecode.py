@@ -111,7 +111,8 @@ def test_flashdecode_single_request_in_many_pieces(tmp_path, length, count):
 def test_peers_single_request(tmp_path, length, count, multiprocessors):
     """COMBINE "peers" on batch 1: up to PEER_MAX pieces (the multiprocessors: CPU_MULTIPROCESSORS
     here) merged by the pieces, with the 8-piece tile (7 pieces), the 16-piece one (11 pieces, 16
-    multiprocessors) or the 32-piece one (21 pieces, 32 multiprocessors); more pieces as at "last".
+    multiprocessors) or the 16-piece one in two steps (21 pieces, 32 multiprocessors); more pieces as
+    at "last".
     No merge kernel either way; after each call the count is back at zero and, where the pieces
     merged, the request's generation word has moved on by one."""
     module = variant({"COMBINE": "peers", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4}, tmp_path,

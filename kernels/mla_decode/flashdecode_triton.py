@@ -353,11 +353,10 @@ def _merge_with_peers(k, b, first, n_pieces, generation, out_ptr, lse_ptr, part_
 def _merge_share(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS: tl.constexpr,
                  D_CKV: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRETED: tl.constexpr):
     """Column blocks k, k + stride, .. of request b merged from its n_pieces pieces, with the tile that
-    fits the request's real piece count: S pieces x D_CKV / S columns (S = 2, 4, .., 64), so a request
-    in n <= 64 pieces has n or more column blocks and each piece merges at most one block in one step
-    of S slices (one round trip to L2). (A tile sized from the batch's mean count cost 8 blocks x 16
-    steps per piece on the 2-piece requests of a batch whose longest request has 35 pieces; with S at
-    most 16, that request's pieces took 3 steps each.)"""
+    fits the request's real piece count: S pieces x D_CKV / S columns (S = 2, 4, 8, 16), so a request
+    in n <= 16 pieces has n or more column blocks and each piece merges about one block in one step
+    of S slices. (A tile sized from the batch's mean count cost 8 blocks x 16 steps per piece on the
+    2-piece requests of a batch whose longest request has 35 pieces.)"""
     if n_pieces <= 2:
         _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
                       BLOCK_H, 2, INTERPRETED)
@@ -367,12 +366,9 @@ def _merge_share(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, pa
     elif n_pieces <= 8:
         _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
                       BLOCK_H, 8, INTERPRETED)
-    elif n_pieces <= 16:
-        _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
-                      BLOCK_H, 16, INTERPRETED)
     else:
         _merge_blocks(k, stride, b, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, NUM_HEADS, D_CKV,
-                      BLOCK_H, 32, INTERPRETED)
+                      BLOCK_H, 16, INTERPRETED)
 
 
 @triton.jit
