@@ -66,7 +66,10 @@ leaves its normalised output (fp32) and base-2 lse in a workspace slot (its prog
                     "pdl" on batch 64, ahead of it on batch 16 from ~7000 tokens up once the merge
                     tile was chosen per request (_merge_share), 2-3 us slower on small batch-16
                     shapes. Under events, its one launch won batch 1 (1.18x against "ctas" 1.06x
-                    in one sweep). Under the interpreter, whose programs run one after another, the
+                    in one sweep) and batch 16 (every shape, against "pdl", 2026-12-01). The
+                    generation word (instead of polling the count with atomics and counting out
+                    after the merge) took 0.6-1.1 us off every shape probed (graph replay, side by
+                    side). Under the interpreter, whose programs run one after another, the
                     last piece of a request to finish merges all its columns (the same merge code,
                     no waiting).
 The merge (any mode but "last") is one pass, online over tiles of pieces: each step loads a tile's
