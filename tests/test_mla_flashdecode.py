@@ -112,9 +112,8 @@ def test_peers_single_request(tmp_path, length, count, multiprocessors):
     """COMBINE "peers" on batch 1: up to PEER_MAX pieces (the multiprocessors: CPU_MULTIPROCESSORS
     here) merged by the pieces, with the 8-piece tile (7 pieces), the 16-piece one (11 pieces, 16
     multiprocessors) or the 16-piece one in two steps (21 pieces, 32 multiprocessors); more pieces as
-    at "last".
-    No merge kernel either way; after each call the count is back at zero and, where the pieces
-    merged, the request's generation word has moved on by one."""
+    at "last". No merge kernel either way; after each call the count is back at zero and, where the
+    pieces merged, the request's generation word has moved on by one."""
     module = variant({"COMBINE": "peers", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4}, tmp_path,
                      f"peers{length}_{multiprocessors}")
     module.CPU_MULTIPROCESSORS = multiprocessors
@@ -208,7 +207,7 @@ def test_peers_plan_merges_in_the_pieces_launch():
     the kernel from each request's piece count, so no tile constexprs), requests in more pieces than
     multiprocessors (PEER_MAX) merge as at "last". (Under the interpreter test_flashdecode_edges and
     test_peers_single_request run it: the last piece of a request to finish merges all its columns
-    with the same code, at piece counts 2 to 11.)"""
+    with the same code, at piece counts 2 to 21.)"""
     module = load_module_from_path(family().path, "flashdecode_peers_plan")
     module.PARAMS = {**module.PARAMS, "COMBINE": "peers"}
     cpu = torch.device("cpu")
