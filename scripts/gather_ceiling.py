@@ -1,0 +1,186 @@
+"""How fast the GPU can gather an MLA decode workload's KV rows at all: the ceiling under issue 7's
+"80% of the copy ceiling" target, measured side by side with the decode kernels in one process.
+
+    python scripts/gather_ceiling.py [KERNEL.py ...] [--workloads PREFIX ...] [--json OUT.json]
+
+For each workload (default: the 8 largest), on the harness's inputs (task.make_inputs, seed 1234),
+everything timed under graph replay (20 x [L2 flush, call] minus the flushes alone, median of --reps):
+  copy               a device-to-device copy moving the workload's compulsory bytes (half read, half written)
+  gather:<indices>   a Triton kernel that reads exactly the rows a decode must (ckv 1024 B and kpe 128 B per
+                     token, through the indices) and XORs them, the best of a few launch configurations:
+      workload       the workload's own kv_indices (pages scattered over the whole page pool)
+      sorted         the same pages in ascending order
+      compact        a random permutation of pages 0 .. N-1 (as random, over a footprint of N pages)
+      contiguous     pages 0 .. N-1 in order (a stream through the same kernel)
+  flashinfer         FlashInfer with plan() cached, and each KERNEL.py given (default: the MLA champion)
+Each line: time, compulsory bytes (task.min_bytes for the decoders, the gathered bytes and indices for
+the gathers) per second as % of the spec sheet's copy ceiling, and time relative to gather:workload
+(the same rows, nothing else done). gather:workload is the bandwidth a decode of these inputs can
+reach at most on this GPU with this kind of kernel; the gaps between the four gathers say what costs
+(order, footprint).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+LARGEST_8 = ["5bef8d88", "1c3743b9", "939f995a", "d771f51c", "65082ffb", "b15c7099", "f4367b30", "80797c3d"]
+# (BLOCK_N, ROWS per program, num_warps): rows in flight per program, programs of few and of many rows
+CONFIGS = [(16, 64, 4), (16, 128, 4), (32, 256, 4), (32, 512, 8), (64, 512, 8), (64, 1024, 8)]
+ORDERS = ["workload", "sorted", "compact", "contiguous"]
+
+
+@triton.jit
+def _gather_xor(ckv_ptr, kpe_ptr, idx_ptr, out_ptr, n, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                D_CKV: tl.constexpr, D_KPE: tl.constexpr):
+    """The bitwise XOR of the ckv and kpe rows (as int16) named by idx[pid * ROWS .. +ROWS]: every byte a
+    decode gathers, read once with 16-byte vector loads, one integer op per element (exact, order-free,
+    half the registers of an fp32 sum, so more loads in flight per SM; no cross-thread work in the loop),
+    one store per program. (Triton does not pipeline loads that feed no tl.dot: bytes in flight come
+    from the programs per SM and the BLOCK_N rows each has in flight.)"""
+    pid = tl.program_id(0)
+    start = pid * ROWS
+    end = tl.minimum(start + ROWS, n)
+    offs_c = tl.arange(0, D_CKV)
+    offs_p = tl.arange(0, D_KPE)
+    acc_c = tl.zeros([BLOCK_N, D_CKV], dtype=tl.int16)
+    acc_p = tl.zeros([BLOCK_N, D_KPE], dtype=tl.int16)
+    for r in range(start, end, BLOCK_N):
+        offs = r + tl.arange(0, BLOCK_N)
+        valid = offs < end
+        page = tl.load(idx_ptr + offs, mask=valid, other=0).to(tl.int64)
+        acc_c ^= tl.load(ckv_ptr + page[:, None] * D_CKV + offs_c[None, :], mask=valid[:, None], other=0)
+        acc_p ^= tl.load(kpe_ptr + page[:, None] * D_KPE + offs_p[None, :], mask=valid[:, None], other=0)
+    base = out_ptr + pid.to(tl.int64) * (D_CKV + D_KPE)
+    tl.store(base + offs_c, tl.xor_sum(acc_c, axis=0))
+    tl.store(base + D_CKV + offs_p, tl.xor_sum(acc_p, axis=0))
+
+
+def gather_fn(ckv, kpe, idx, config):
+    """A callable (for timing.measure) that runs the gather over idx with one configuration; .out holds
+    each program's XOR (int16 [programs, d_ckv + d_kpe])."""
+    import torch
+
+    block_n, rows, warps = config
+    n = idx.numel()
+    programs = triton.cdiv(n, rows)
+    ckv16, kpe16 = ckv.view(torch.int16), kpe.view(torch.int16)
+    out = torch.empty((programs, ckv.shape[-1] + kpe.shape[-1]), dtype=torch.int16, device=ckv.device)
+
+    def call(i: int) -> None:
+        _gather_xor[(programs,)](ckv16, kpe16, idx, out, n, ROWS=rows, BLOCK_N=block_n, D_CKV=ckv.shape[-1],
+                                 D_KPE=kpe.shape[-1], num_warps=warps)
+
+    call.out = out
+    return call
+
+
+def xor_rows(t):
+    """Bitwise XOR over dim 0 of an int16 tensor (on the host)."""
+    import numpy as np
+
+    return np.bitwise_xor.reduce(t.cpu().numpy(), axis=0)
+
+
+def index_orders(kv_indices, num_pages, gen):
+    import torch
+
+    n = kv_indices.numel()
+    dev = kv_indices.device
+    return {"workload": kv_indices,
+            "sorted": torch.sort(kv_indices).values.contiguous(),
+            "compact": torch.randperm(n, generator=gen, device=dev).to(torch.int32),
+            "contiguous": torch.arange(n, dtype=torch.int32, device=dev)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from evoteam import probes
+
+    p = probes.parser(__doc__.splitlines()[0], LARGEST_8, reps=10)
+    p.add_argument("kernels", nargs="*", default=[str(ROOT / "kernels/mla_decode/flashdecode_champion.py")])
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    probes.arm_deadline(args.deadline)
+
+    import torch
+
+    from evoteam import baselines, hardware, timing
+    from evoteam.families import load_variants
+    from evoteam.task import load_task, select_workloads, shape_label
+
+    hw = hardware.resolve("auto")
+    task = load_task("mla_decode")
+    device = hw.torch_device
+    ceiling = (hw.bandwidth_ceiling_tbs or 1.0) * 1e12
+    fi = baselines.create("flashinfer", task, hw, backend="auto", plan="cached")
+    folder = Path(tempfile.mkdtemp(prefix="gather-ceiling-"))
+    modules = {}
+    for kernel in args.kernels:
+        for _point, module in load_variants(Path(kernel).resolve(), [{}], folder, "gather_ceiling"):
+            modules[Path(kernel).stem] = module
+    rows = []
+    for w in select_workloads(task.scaled_workloads("full"), args.workloads):
+        gen = torch.Generator(device=device)
+        gen.manual_seed(1234)
+        inputs = task.make_inputs(w, gen, device)
+        shapes = task.output_shapes(w, inputs)
+        ckv, kpe = inputs["ckv_cache"].squeeze(1), inputs["kpe_cache"].squeeze(1)
+        n = inputs["kv_indices"].numel()
+        gathered = n * (ckv.shape[-1] + kpe.shape[-1]) * ckv.element_size() + n * 4
+        decode_bytes = task.min_bytes(w, inputs)
+        callables, nbytes = {}, {}
+        half = torch.empty(decode_bytes // 2, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(half)
+        callables["copy"], nbytes["copy"] = (lambda i: dst.copy_(half)), 2 * half.numel()
+        orders = index_orders(inputs["kv_indices"], ckv.shape[0], gen)
+        # each order's best configuration, chosen on one graph timing of all of them
+        for order, idx in orders.items():
+            trial = {str(c): gather_fn(ckv, kpe, idx, c) for c in CONFIGS}
+            t = timing.measure(trial, device=device, mode="graph", warmup=2, reps=3)
+            best = min(trial, key=lambda k: t[k].median_ms)
+            callables[f"gather:{order}"], nbytes[f"gather:{order}"] = trial[best], gathered
+            print(f"{w.uuid[:8]} gather:{order}: best of {len(CONFIGS)} configurations {best}", flush=True)
+        check = gather_fn(ckv, kpe, orders["workload"], CONFIGS[0])
+        check(0)
+        rows_read = orders["workload"].long()
+        want = xor_rows(torch.cat([ckv[rows_read], kpe[rows_read]], dim=1).view(torch.int16))
+        assert (xor_rows(check.out) == want).all(), "the gather kernel reads the wrong rows"
+        run_fi = fi.prepare(task, w, inputs)
+        for name, fn in [("flashinfer", run_fi)] + [(k, m.run) for k, m in modules.items()]:
+            o = {"output": torch.empty(shapes["output"], dtype=torch.bfloat16, device=device),
+                 "lse": torch.empty(shapes["lse"], dtype=torch.float32, device=device)}
+            callables[name] = (lambda i, f=fn, o=o, inp=inputs: f(**inp, **o))
+            nbytes[name] = decode_bytes
+            callables[name](0)
+        torch.cuda.synchronize()
+        t = timing.measure(callables, device=device, mode="graph", warmup=3, reps=args.reps)
+        ref = t["gather:workload"].median_ms
+        for name in callables:
+            us = t[name].median_ms * 1e3
+            row = {"workload": w.uuid[:8], "shape": shape_label(w), "what": name, "graph_us": us,
+                   "timing": t[name].mode, "bytes": nbytes[name],
+                   "pct_of_ceiling": 100 * nbytes[name] / (us * 1e-6) / ceiling,
+                   "time_vs_gather_workload": t[name].median_ms / ref}
+            rows.append(row)
+            print(f"{row['workload']} {row['shape']:30} {name:22} {us:7.1f} us ({row['timing']})  "
+                  f"{row['pct_of_ceiling']:5.1f}% of {hw.bandwidth_ceiling_tbs} TB/s  "
+                  f"{row['time_vs_gather_workload']:5.2f}x gather:workload's time", flush=True)
+        del inputs, callables, half, dst, orders
+        torch.cuda.empty_cache()
+    if args.json:
+        args.json.write_text(json.dumps({"ceiling_tbs": hw.bandwidth_ceiling_tbs, "configs": CONFIGS, "rows": rows},
+                                        indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
