@@ -326,7 +326,6 @@ def _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, par
     offs_h = tl.arange(0, BLOCK_H)
     mask_h = offs_h < NUM_HEADS
     offs_c = tl.arange(0, D_CKV)
-    b64 = b.to(tl.int64)
     # Every thread's stores come before the ticket (barrier, then a release by the atomic); the last
     # ticket's acquire orders the reads of the other pieces after it.
     tl.debug_barrier()
@@ -350,13 +349,7 @@ def _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, par
             acc = acc * alpha[:, None] + o_s * w[:, None]
             l_sum = l_sum * alpha + w
             m = m_new
-        if INTERPRETED:
-            o_out = _bf16_rne(acc / l_sum[:, None])
-        else:
-            o_out = (acc / l_sum[:, None]).to(out_ptr.dtype.element_ty)
-        out_offs = b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :]
-        tl.store(out_ptr + out_offs, o_out, mask=mask_h[:, None])
-        tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, m + tl.log2(l_sum), mask=mask_h)
+        _store_merged(b, 0, acc, m, l_sum, offs_h, mask_h, offs_c, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
         tl.atomic_xchg(counter_ptr + b, 0)  # ready for the next call
 
 
@@ -526,20 +519,31 @@ def _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_p
     acc = tl.zeros([BLOCK_H, COMBINE_D], dtype=tl.float32)
     zero64 = tl.zeros([BLOCK_H], dtype=tl.int64)
     for s0 in range(first, last + 1, COMBINE_S):
+        # The step's maximum first (a chain of maxima), then every slice's weight independently: the
+        # dependent chain per slice is one FMA, not a max, an exp2 and an FMA (one warp per scheduler
+        # here, so a chain's latency is not hidden).
+        m_new = m
         for i in tl.static_range(COMBINE_S):
             slot = zero64 + (s0 + i)  # [BLOCK_H], all the slot's number
             valid = mask_h & (slot <= last)
             lse_s = tl.load(part_lse_ptr + slot * NUM_HEADS + offs_h, mask=valid, other=float("-inf"),
                             cache_modifier=CACHE)
+            m_new = tl.maximum(m_new, lse_s)
+        m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first slot is a piece)
+        alpha = tl.exp2(m - m_new)
+        l_sum = l_sum * alpha
+        acc = acc * alpha[:, None]
+        for i in tl.static_range(COMBINE_S):
+            slot = zero64 + (s0 + i)
+            valid = mask_h & (slot <= last)
+            lse_s = tl.load(part_lse_ptr + slot * NUM_HEADS + offs_h, mask=valid, other=float("-inf"),
+                            cache_modifier=CACHE)
             o_s = tl.load(part_o_ptr + slot[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
                           + offs_d[None, :], mask=valid[:, None], other=0.0, cache_modifier=CACHE)
-            m_new = tl.maximum(m, lse_s)
-            m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first slot is a piece)
-            alpha = tl.exp2(m - m_new)
             w = tl.exp2(lse_s - m_new)  # 0 past the last piece
-            l_sum = l_sum * alpha + w
-            acc = acc * alpha[:, None] + o_s * w[:, None]
-            m = m_new
+            l_sum += w
+            acc += o_s * w[:, None]
+        m = m_new
     _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
 
 
