@@ -6,6 +6,7 @@
 For each workload (default: the 8 largest), on the harness's inputs (task.make_inputs, seed 1234),
 everything timed under graph replay (20 x [L2 flush, call] minus the flushes alone, median of --reps):
   copy               a device-to-device copy moving the workload's compulsory bytes (half read, half written)
+  copy x4            the same with 4x the bytes (the two copies give a call's fixed cost and streaming rate)
   gather:<indices>   a Triton kernel that reads exactly the rows a decode must (ckv 1024 B and kpe 128 B per
                      token, through the indices) and XORs them, the best of a few launch configurations:
       workload       the workload's own kv_indices (pages scattered over the whole page pool)
@@ -141,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         half = torch.empty(decode_bytes // 2, dtype=torch.uint8, device=device)
         dst = torch.empty_like(half)
         callables["copy"], nbytes["copy"] = (lambda i: dst.copy_(half)), 2 * half.numel()
+        # the same copy of 4x the bytes: with the 1x copy, the fixed cost of a call under this timing
+        # (launch in the graph, ramp, the flush's dirty L2 lines written back) against its streaming rate
+        half4 = torch.empty(4 * half.numel(), dtype=torch.uint8, device=device)
+        dst4 = torch.empty_like(half4)
+        callables["copy x4"], nbytes["copy x4"] = (lambda i: dst4.copy_(half4)), 2 * half4.numel()
         orders = index_orders(inputs["kv_indices"], ckv.shape[0], gen)
         # each order's best configuration, chosen on one graph timing of all of them
         for order, idx in orders.items():
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['workload']} {row['shape']:30} {name:22} {us:7.1f} us ({row['timing']})  "
                   f"{row['pct_of_ceiling']:5.1f}% of {hw.bandwidth_ceiling_tbs} TB/s  "
                   f"{row['time_vs_gather_workload']:5.2f}x gather:workload's time", flush=True)
-        del inputs, callables, half, dst, orders
+        del inputs, callables, half, dst, half4, dst4, orders
         torch.cuda.empty_cache()
     if args.json:
         args.json.write_text(json.dumps({"ceiling_tbs": hw.bandwidth_ceiling_tbs, "configs": CONFIGS, "rows": rows},
