@@ -7,6 +7,7 @@ For each workload (default: the 8 largest), on the harness's inputs (task.make_i
 everything timed under graph replay (20 x [L2 flush, call] minus the flushes alone, median of --reps):
   copy               a device-to-device copy moving the workload's compulsory bytes (half read, half written)
   copy x4            the same with 4x the bytes (the two copies give a call's fixed cost and streaming rate)
+  copy (Triton)      the same bytes copied by a Triton kernel on the multiprocessors
   gather:<indices>   a Triton kernel that reads exactly the rows a decode must (ckv 1024 B and kpe 128 B per
                      token, through the indices) and XORs them, the best of a few launch configurations:
       workload       the workload's own kv_indices (pages scattered over the whole page pool)
@@ -14,6 +15,8 @@ everything timed under graph replay (20 x [L2 flush, call] minus the flushes alo
       compact        a random permutation of pages 0 .. N-1 (as random, over a footprint of N pages)
       contiguous     pages 0 .. N-1 in order (a stream through the same kernel)
   flashinfer         FlashInfer with plan() cached, and each KERNEL.py given (default: the MLA champion)
+", clean L2": the same call after the flush and a read of 2x L2 of other data, minus that read: the
+flush (a memset) leaves L2 full of dirty lines that the timed call otherwise writes back.
 Each line: time, compulsory bytes (task.min_bytes for the decoders, the gathered bytes and indices for
 the gathers) per second as % of the spec sheet's copy ceiling, and time relative to gather:workload
 (the same rows, nothing else done). gather:workload is the bandwidth a decode of these inputs can
@@ -86,6 +89,39 @@ def gather_fn(ckv, kpe, idx, config):
     return call
 
 
+@triton.jit
+def _copy(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    """dst[:n] = src[:n], BLOCK elements per program (16-byte accesses): a copy on the multiprocessors
+    (torch's copy_ of a contiguous tensor is a memcpy, which a CUDA graph may give to a copy engine)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=valid), mask=valid)
+
+
+def copy_fn(nbytes, device):
+    """A callable that copies nbytes // 2 bytes on the multiprocessors (nbytes moved: read + written)."""
+    import torch
+
+    n = nbytes // 2 // 4
+    src = torch.ones(n, dtype=torch.int32, device=device)
+    dst = torch.empty_like(src)
+
+    def call(i: int) -> None:
+        _copy[(triton.cdiv(n, 4096),)](src, dst, n, BLOCK=4096, num_warps=8)
+
+    call.moved = 2 * n * 4
+    return call
+
+
+def then(first, second):
+    """first, then second, as one callable (for the clean-L2 difference)."""
+    def call(i: int) -> None:
+        first(i)
+        second(i)
+
+    return call
+
+
 def xor_rows(t):
     """Bitwise XOR over dim 0 of an int16 tensor (on the host)."""
     import numpy as np
@@ -128,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     for kernel in args.kernels:
         for _point, module in load_variants(Path(kernel).resolve(), [{}], folder, "gather_ceiling"):
             modules[Path(kernel).stem] = module
+    l2 = torch.cuda.get_device_properties(torch.device(device)).L2_cache_size
+    clean_rows = 2 * l2 // (2 * 576)
+    clean_ckv = torch.ones((clean_rows, 512), dtype=torch.bfloat16, device=device)
+    clean_kpe = torch.ones((clean_rows, 64), dtype=torch.bfloat16, device=device)
+    clean_idx = torch.arange(clean_rows, dtype=torch.int32, device=device)
     rows = []
     for w in select_workloads(task.scaled_workloads("full"), args.workloads):
         gen = torch.Generator(device=device)
@@ -141,12 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         callables, nbytes = {}, {}
         half = torch.empty(decode_bytes // 2, dtype=torch.uint8, device=device)
         dst = torch.empty_like(half)
-        callables["copy"], nbytes["copy"] = (lambda i: dst.copy_(half)), 2 * half.numel()
+        callables["copy"], nbytes["copy"] = (lambda i, d=dst, s=half: d.copy_(s)), 2 * half.numel()
         # the same copy of 4x the bytes: with the 1x copy, the fixed cost of a call under this timing
         # (launch in the graph, ramp, the flush's dirty L2 lines written back) against its streaming rate
         half4 = torch.empty(4 * half.numel(), dtype=torch.uint8, device=device)
         dst4 = torch.empty_like(half4)
-        callables["copy x4"], nbytes["copy x4"] = (lambda i: dst4.copy_(half4)), 2 * half4.numel()
+        callables["copy x4"], nbytes["copy x4"] = (lambda i, d=dst4, s=half4: d.copy_(s)), 2 * half4.numel()
+        sm_copy = copy_fn(decode_bytes, device)
+        callables["copy (Triton)"], nbytes["copy (Triton)"] = sm_copy, sm_copy.moved
         orders = index_orders(inputs["kv_indices"], ckv.shape[0], gen)
         # each order's best configuration, chosen on one graph timing of all of them
         for order, idx in orders.items():
@@ -167,15 +210,27 @@ def main(argv: list[str] | None = None) -> int:
             callables[name] = (lambda i, f=fn, o=o, inp=inputs: f(**inp, **o))
             nbytes[name] = decode_bytes
             callables[name](0)
+        # The harness's flush is a memset: it leaves L2 full of dirty lines, which the timed call then
+        # writes back. "clean" reads 2x L2 of other data after the flush (the write-back happens there)
+        # and leaves clean lines; t(clean + X) - t(clean) is X's time on a clean L2.
+        clean = gather_fn(clean_ckv, clean_kpe, clean_idx, CONFIGS[0])
+        callables["clean"], nbytes["clean"] = clean, 0
+        for name in ("copy (Triton)", "gather:workload", "flashinfer", *modules):
+            callables[f"clean + {name}"], nbytes[f"clean + {name}"] = then(clean, callables[name]), nbytes[name]
         torch.cuda.synchronize()
         t = timing.measure(callables, device=device, mode="graph", warmup=3, reps=args.reps)
         ref = t["gather:workload"].median_ms
-        for name in callables:
-            us = t[name].median_ms * 1e3
+        for key in callables:
+            us, name = t[key].median_ms * 1e3, key
+            if key == "clean":
+                continue
+            if key.startswith("clean + "):
+                us -= t["clean"].median_ms * 1e3
+                name = key[len("clean + "):] + ", clean L2"
             row = {"workload": w.uuid[:8], "shape": shape_label(w), "what": name, "graph_us": us,
-                   "timing": t[name].mode, "bytes": nbytes[name],
-                   "pct_of_ceiling": 100 * nbytes[name] / (us * 1e-6) / ceiling,
-                   "time_vs_gather_workload": t[name].median_ms / ref}
+                   "timing": t[key].mode, "bytes": nbytes[key],
+                   "pct_of_ceiling": 100 * nbytes[key] / (us * 1e-6) / ceiling,
+                   "time_vs_gather_workload": us / (ref * 1e3)}
             rows.append(row)
             print(f"{row['workload']} {row['shape']:30} {name:22} {us:7.1f} us ({row['timing']})  "
                   f"{row['pct_of_ceiling']:5.1f}% of {hw.bandwidth_ceiling_tbs} TB/s  "
