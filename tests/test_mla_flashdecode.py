@@ -46,7 +46,8 @@ def pieces(module, kv_indptr, params):
     {},  # the default: the last piece merges
     {"COMBINE": "launch", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4},
     {"COMBINE": "last", "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 4, "num_warps": 8},
-], ids=["default", "launch", "last_min8"])
+    {"COMBINE": "peers", "BLOCK_N": 16},  # tiles of 16 tokens: masked loads and merges at half the step
+], ids=["default", "launch", "last_min8", "peers_n16"])
 def test_flashdecode_passes_the_checker(tmp_path, point):
     fam = family()
     module = variant(point, tmp_path, "_".join(f"{k}{v}" for k, v in point.items()) or "default")
