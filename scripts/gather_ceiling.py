@@ -103,13 +103,13 @@ def copy_fn(nbytes, device):
     import torch
 
     n = nbytes // 2 // 4
-    src = torch.ones(n, dtype=torch.int32, device=device)
-    dst = torch.empty_like(src)
+    src = torch.arange(n, dtype=torch.int32, device=device)
+    dst = torch.full_like(src, -1)
 
     def call(i: int) -> None:
         _copy[(triton.cdiv(n, 4096),)](src, dst, n, BLOCK=4096, num_warps=8)
 
-    call.moved = 2 * n * 4
+    call.moved, call.src, call.dst = 2 * n * 4, src, dst
     return call
 
 
