@@ -148,6 +148,17 @@ def _bf16_rne(x):
 
 
 @triton.jit
+def _as_element_of(ptr, x, INTERPRETED: tl.constexpr):
+    """x (fp32) in ptr's element type, to be stored there: bf16 rounded to nearest even under the
+    interpreter too (_bf16_rne), a plain cast otherwise."""
+    if INTERPRETED and ptr.dtype.element_ty == tl.bfloat16:
+        y = _bf16_rne(x)
+    else:
+        y = x.to(ptr.dtype.element_ty)
+    return y
+
+
+@triton.jit
 def _pieces_before(kv_indptr_ptr, batch_size, chunk, pid, COUNT_B: tl.constexpr):
     """(b, first, total): request b holds piece `pid`, its pieces are programs first .. first + n_b - 1,
     and the batch has `total` pieces (request i has max(1, cdiv(len_i, chunk)) pieces)."""
@@ -173,8 +184,7 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
            part_o_ptr, part_lse_ptr, counter_ptr, sync_ptr, qk_scale, batch_size, total_tokens, chunk,
            NUM_HEADS: tl.constexpr, D_CKV: tl.constexpr, D_KPE: tl.constexpr, BLOCK_H: tl.constexpr,
            BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, LAST_MERGES: tl.constexpr, COUNT_DONE: tl.constexpr,
-           PEERS: tl.constexpr, PEER_MAX: tl.constexpr, COMBINE_S: tl.constexpr, COMBINE_D: tl.constexpr,
-           COUNT_B: tl.constexpr, INTERPRETED: tl.constexpr):
+           PEERS: tl.constexpr, PEER_MAX: tl.constexpr, COUNT_B: tl.constexpr, INTERPRETED: tl.constexpr):
     """Piece `pid` of the batch (see the module docstring); COUNT_DONE: a piece of a longer request
     adds 1 to its request's counter once its partial result is stored (for the merge programs);
     PEERS: the pieces of a request in at most PEER_MAX pieces merge it together (COMBINE "peers"),
@@ -248,18 +258,12 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
         piece_lse = tl.where(nonempty, m_i + tl.log2(l_safe), float("-inf"))
         out_offs = b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :]
         if n_pieces == 1:  # the whole request (or an empty one): final result
-            if INTERPRETED:
-                o_out = _bf16_rne(o)
-            else:
-                o_out = o.to(out_ptr.dtype.element_ty)
+            o_out = _as_element_of(out_ptr, o, INTERPRETED)
             tl.store(out_ptr + out_offs, o_out, mask=mask_h[:, None])
             tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, piece_lse, mask=mask_h)
         else:  # one piece of a longer request: workspace slot pid (every piece is non-empty)
             slot = pid.to(tl.int64)
-            if INTERPRETED and part_o_ptr.dtype.element_ty == tl.bfloat16:
-                o_part = _bf16_rne(o)
-            else:
-                o_part = o.to(part_o_ptr.dtype.element_ty)
+            o_part = _as_element_of(part_o_ptr, o, INTERPRETED)
             tl.store(part_o_ptr + slot * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :], o_part,
                      mask=mask_h[:, None])
             tl.store(part_lse_ptr + slot * NUM_HEADS + offs_h, piece_lse, mask=mask_h)
@@ -413,11 +417,7 @@ def _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_
                   D_CKV: tl.constexpr, INTERPRETED: tl.constexpr):
     """Request b's merged columns offs_d (acc / l_sum, in the output's dtype) and, at d_blk 0, its lse."""
     l_sum = tl.where(mask_h, l_sum, 1.0)  # >= 1 for real heads
-    acc = acc / l_sum[:, None]
-    if INTERPRETED:
-        o_out = _bf16_rne(acc)
-    else:
-        o_out = acc.to(out_ptr.dtype.element_ty)
+    o_out = _as_element_of(out_ptr, acc / l_sum[:, None], INTERPRETED)
     b64 = b.to(tl.int64)
     tl.store(out_ptr + b64 * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_d[None, :], o_out,
              mask=mask_h[:, None])
@@ -576,13 +576,13 @@ def _fd_piece_kernel(
         else:
             _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
                    part_o_ptr, part_lse_ptr, counter_ptr, sync_ptr, qk_scale, batch_size, total_tokens, chunk,
-                   NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, True, PEERS, PEER_MAX, COMBINE_S,
-                   COMBINE_D, COUNT_B, INTERPRETED)
+                   NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, True, PEERS, PEER_MAX, COUNT_B,
+                   INTERPRETED)
     else:
         _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indices_ptr, out_ptr, lse_ptr,
                part_o_ptr, part_lse_ptr, counter_ptr, sync_ptr, qk_scale, batch_size, total_tokens, chunk,
-               NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, False, PEERS, PEER_MAX, COMBINE_S,
-               COMBINE_D, COUNT_B, INTERPRETED)
+               NUM_HEADS, D_CKV, D_KPE, BLOCK_H, BLOCK_N, SINGLE, LAST_MERGES, False, PEERS, PEER_MAX, COUNT_B,
+               INTERPRETED)
 
 
 @triton.jit(do_not_specialize=["batch_size", "total_tokens", "chunk"])
