@@ -43,7 +43,7 @@ def test_copy_moves_every_element():
 def test_index_orders_name_the_same_number_of_pages():
     gen = torch.Generator().manual_seed(1)
     kv_indices = torch.randperm(10_000, generator=gen)[:321].to(torch.int32)
-    orders = gather_ceiling.index_orders(kv_indices, 10_000, gen)
+    orders = gather_ceiling.index_orders(kv_indices, gen)
     assert set(orders) == set(gather_ceiling.ORDERS)
     assert torch.equal(orders["sorted"], torch.sort(kv_indices).values)
     assert torch.equal(torch.sort(orders["compact"]).values, torch.arange(321, dtype=torch.int32))
