@@ -1,7 +1,7 @@
 """`python -m evoteam.bench SOLUTION.py --task T`: evaluate one solution file on a task and
-hardware target in isolated workers; print a per-workload table (baseline and candidate time,
-speedup, noise, % of the bandwidth ceiling, status) with the geometric mean and wins, and write
-FlashInfer-Trace lines and a JSON report.
+hardware target with the harness (a trusted judge process; the candidate in a sandboxed runner);
+print a per-workload table (baseline and candidate time, speedup, noise, % of the bandwidth
+ceiling, status) with the geometric mean and wins, and write FlashInfer-Trace lines and a JSON report.
 
 Bad input gives one line on stderr and exit code 2.
 """
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
+import time
 from pathlib import Path
 
 from evoteam import hardware, report
 from evoteam.errors import UserError
+from evoteam.harness.model import TIMING_MODES
 from evoteam.schema import append_traces
 
 
@@ -29,14 +30,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", default="auto", help="auto, reference, flashinfer, fla, flashkda, vllm, aiter")
     p.add_argument("--baseline-option", action="append", default=[], metavar="KEY=VALUE",
                    help="adapter option, e.g. backend=fa3 or plan=per_call (repeatable)")
-    p.add_argument("--timing", choices=["events", "graph", "wallclock"], default="events",
-                   help="timing mode on GPUs (CPUs always use wallclock)")
+    p.add_argument("--timing", choices=list(TIMING_MODES), default="graph",
+                   help="timing mode on GPUs: graph (device time, default), events (per call, host launch "
+                        "included); CPUs always use wallclock")
+    p.add_argument("--no-second-figure", action="store_true", help="time in one mode only (GPU)")
     p.add_argument("--entry", default="run")
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--warmup", type=int)
     p.add_argument("--reps", type=int)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--timeout", type=float, default=600, help="seconds per workload before the worker is killed")
+    p.add_argument("--seed", type=int, help="reproducible inputs (recorded as not secret); default: a fresh "
+                                            "secret per evaluation, revealed in the report afterwards")
+    p.add_argument("--sandbox", choices=["strict", "weak"], default="strict",
+                   help="strict (default): refuse where the candidate's sandbox lacks a layer; weak: run anyway "
+                        "and record what is missing")
+    p.add_argument("--no-static-scan", action="store_true",
+                   help="skip the source scan (a fast filter; the sandbox and the judge do not depend on it)")
+    p.add_argument("--timeout", type=float, default=600,
+                   help="seconds per workload (compilation included) before the candidate's runner is killed")
     p.add_argument("--check-only", action="store_true", help="check correctness, time nothing")
     p.add_argument("--use-baseline-cache", action="store_true", help="take cached baseline times where present")
     p.add_argument("--traces", type=Path, help="append FlashInfer-Trace lines here")
@@ -69,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evoteam.harness.executor import evaluate
+    from evoteam.harness.model import EvalRequest
     from evoteam.task import available_tasks, load_task, select_workloads, shape_label
     from evoteam.trace_writer import to_trace
-    from evoteam.worker import EvalRequest, evaluate_isolated
 
     solution = Path(args.solution)
     if not solution.is_file():
@@ -81,28 +92,29 @@ def run(args: argparse.Namespace) -> int:
     if args.trials < 3:
         raise UserError(f"--trials {args.trials} is too few; the checker needs at least 3")
     hw = hardware.resolve(args.hardware, remote=args.executor == "docker")
-    workers = None  # local worker processes
+    executor = None  # the judge as a local process
     if args.executor == "docker":
-        from evoteam.container import ContainerWorkers
+        from evoteam.harness.container import ContainerExecutor
 
-        workers = ContainerWorkers(hw, args.image or hw.container.image, args.docker_host)
+        executor = ContainerExecutor(hw, image=args.image, docker_host=args.docker_host)
     task = load_task(args.task)
     scale = args.scale or hw.problem_scale
     workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
     labels = {w.uuid: shape_label(w) for w in workloads}
     by_uuid = {w.uuid: w for w in workloads}
     name = args.label or solution.stem
-    warmup = args.warmup if args.warmup is not None else (10 if hw.is_gpu else 1)
-    reps = args.reps if args.reps is not None else (100 if hw.is_gpu else 3)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    warmup = args.warmup if args.warmup is not None else (3 if hw.is_gpu else 1)
+    reps = args.reps if args.reps is not None else (30 if hw.is_gpu else 3)
     request = EvalRequest(task=task.name, hardware=hw.name, solution=str(solution.resolve()), entry=args.entry,
-                          workloads=list(by_uuid), scale=scale, trials=args.trials, seed=seed,
-                          timing_mode=args.timing, baseline=args.baseline,
+                          workloads=list(by_uuid), scale=scale, trials=args.trials, seed=args.seed,
+                          timing_mode=args.timing, second_figure=not args.no_second_figure, baseline=args.baseline,
                           baseline_options=_options(args.baseline_option), warmup=warmup, reps=reps,
-                          check_only=args.check_only, use_baseline_cache=args.use_baseline_cache)
+                          check_only=args.check_only, use_baseline_cache=args.use_baseline_cache,
+                          static_scan=not args.no_static_scan, sandbox=args.sandbox,
+                          workload_timeout_s=args.timeout)
     print(f"evoteam.bench: {name} on {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; "
           f"baseline {args.baseline} {request.baseline_options or ''}; timing {args.timing if hw.is_gpu else 'wallclock'}; "
-          f"seed {seed}", flush=True)
+          f"seed {'secret' if args.seed is None else args.seed}", flush=True)
     done = {"n": 0}
 
     def progress(result) -> None:
@@ -113,13 +125,18 @@ def run(args: argparse.Namespace) -> int:
         if args.traces:
             append_traces(args.traces, [to_trace(task.definition.name, by_uuid[result.uuid], name, result, hw.name)])
 
-    outcome = evaluate_isolated(request, timeout_s=args.timeout, on_result=progress, workers=workers)
+    started = time.monotonic()
+    outcome = evaluate(request, executor=executor, on_result=progress)
+    elapsed = time.monotonic() - started
     print()
     print(report.format_table(outcome.results, labels, name, hw.bandwidth_ceiling_tbs))
+    sandbox = outcome.sandbox.get("mode", "-")
+    print(f"evaluation {elapsed:.1f} s; sandbox {sandbox}; runner restarts {outcome.restarts}; "
+          f"seed {outcome.seed}{'' if outcome.seed_secret else ' (given, not secret)'}")
     if args.json:
         summary = report.summarize(outcome.results)
         args.json.write_text(json.dumps({"request": request.__dict__, "summary": summary.__dict__,
-                                         **outcome.to_json()}, indent=1))
+                                         "elapsed_s": elapsed, **outcome.to_json()}, indent=1))
     return 0
 
 

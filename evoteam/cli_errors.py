@@ -151,7 +151,8 @@ def validate(cfg: DictConfig, *, check_engine: bool = False) -> None:
 
 
 def _check_engine(cfg: DictConfig) -> None:
-    from evoteam import container, hardware
+    from evoteam import hardware
+    from evoteam.harness import container
 
     try:
         hw = hardware.resolve(cfg.hardware.name, remote=True)

@@ -13,6 +13,8 @@ from enum import Enum
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from evoteam.harness.model import TimingMode
+
 GROUPS = ("hardware", "task", "budget", "team", "llm", "executor", "tracking")
 
 
@@ -33,18 +35,18 @@ class LLMProvider(str, Enum):
 
 
 class ExecutorKind(str, Enum):
-    local = "local"  # worker processes on this machine
-    docker = "docker"  # worker in the target's container through the Docker API
+    local = "local"  # the judge on this machine, the candidate's runner under bubblewrap
+    docker = "docker"  # the judge and the runner in the target's container through the Docker API
+
+
+class SandboxMode(str, Enum):
+    strict = "strict"  # refuse to evaluate where a layer of the runner's sandbox is missing
+    weak = "weak"  # evaluate anyway; every result records what was missing
 
 
 class TrackingBackend(str, Enum):
     mlflow = "mlflow"
     none = "none"
-
-
-class TimingMode(str, Enum):
-    events = "events"  # device events around one call, L2 flushed before each call
-    wallclock = "wallclock"  # host clock with synchronisation (callables that do host work)
 
 
 @dataclass
@@ -96,11 +98,12 @@ class LLMConfig:
 @dataclass
 class ExecutorConfig:
     kind: ExecutorKind = ExecutorKind.local
-    timeout_s: int = 600  # per candidate evaluation
+    timeout_s: int = 600  # per workload of a candidate evaluation (compilation included)
+    sandbox: SandboxMode = SandboxMode.strict
     docker_host: str | None = None  # falls back to DOCKER_HOST
     image: str | None = None  # falls back to the hardware target's container image
-    memory_gib: int = 16  # per worker container (no swap)
-    pids_limit: int = 4096  # processes and threads per worker container
+    memory_gib: int = 16  # the candidate's runner (cgroup; no swap in a container)
+    pids_limit: int = 4096  # processes and threads of the candidate's runner
     cache_dir: str | None = None  # kept between containers (Triton, FlashInfer JIT); null: ~/.cache/evoteam/container
 
 
@@ -120,8 +123,9 @@ class EvoteamConfig:
     llm: LLMConfig = field(default_factory=LLMConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    timing_mode: TimingMode = TimingMode.events
-    seed: int | None = None  # base seed for inputs; null draws one (recorded in the results)
+    # graph (device time; the default), events (per call, host launch included); CPUs use wallclock
+    timing_mode: TimingMode = TimingMode.graph
+    seed: int | None = None  # the search policy's seed; null draws one (recorded). Inputs use a secret per evaluation
     run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"
     resume: str | None = None  # a run directory to continue
 

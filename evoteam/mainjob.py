@@ -22,7 +22,7 @@ from evoteam.errors import UserError
 from evoteam.schema import append_traces
 
 CPU_REPS = (1, 3)  # (warm-up, timed) rounds per search evaluation: the Triton interpreter is slow
-GPU_REPS = (5, 30)
+GPU_REPS = (3, 20)
 
 
 def _run_dir(cfg: DictConfig) -> tuple[Path, DictConfig]:
@@ -58,9 +58,9 @@ def run(cfg: DictConfig) -> float | None:
 
     run_dir, cfg = _run_dir(cfg)
     hw = hardware.resolve(cfg.hardware.name, remote=cfg.executor.kind.value == "docker")
-    evaluator = None  # executor=local: worker processes on this machine
+    evaluator = None  # executor=local: the judge on this machine, the candidate under bubblewrap
     if cfg.executor.kind.value == "docker":
-        from evoteam.container import ContainerExecutor
+        from evoteam.harness.container import ContainerExecutor
 
         evaluator = ContainerExecutor.from_config(cfg.executor, hw)  # the engine and the image, or one line
     task = load_task(cfg.task.name)
@@ -74,7 +74,8 @@ def run(cfg: DictConfig) -> float | None:
     settings = HarnessSettings(task=task.name, hardware=hw.name, scale=scale,
                                timing_mode=cfg.timing_mode.value if hw.is_gpu else "wallclock",
                                baseline=cfg.task.baseline, trials=cfg.task.check_trials, warmup=warmup, reps=reps,
-                               timeout_s=cfg.executor.timeout_s, seed=seed,
+                               timeout_s=cfg.executor.timeout_s, sandbox=cfg.executor.sandbox.value,
+                               memory_limit_gib=cfg.executor.memory_gib, process_limit=cfg.executor.pids_limit,
                                # On CPU the interpreter makes each workload costly: probe the smallest only.
                                probe_workloads=probe_workloads(workloads, groups, 2 if hw.is_gpu else 1),
                                all_workloads=[w.uuid for w in workloads],

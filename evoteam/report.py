@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from evoteam.worker import WorkloadResult
+from evoteam.harness.model import WorkloadResult
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,16 @@ Each task is a folder `kernels/<name>/` (data, not an import package) holding:
                       min_bytes(workload, inputs) -> int   (optional) compulsory device-memory traffic
                       workload_group(workload) -> str      (optional) e.g. "batch64", for splitting work
                       TOLERANCES: dict[output name, Tolerance]   (optional per-output overrides)
+                    What the harness needs to give every timed call fresh inputs cheaply (all optional):
+                      SHARED_INPUTS: names one buffer serves for every call of a batch (a KV-cache
+                          pool, as in serving); the rest is per call
+                      LATE_INPUTS: names the judge writes only after its clock starts: small inputs
+                          every output depends on, so that no work can start before the clock
+                      refresh_inputs(workload, sets, generator) fresh values, in place, for the
+                          input sets of one batch (default: make_inputs again for each set)
+                      decoy_inputs(workload, inputs, names, generator) plausible wrong values for
+                          the late inputs until the clock starts (default: their elements shuffled)
+                      max_sets(workload) -> int   how many calls one batch can hold (default 16)
   seed_triton.py    `run(**inputs, **outputs)`: the simple, correct seed kernel (destination-passing)
 
 Kernel calling convention (candidates, seeds, baselines): `entry(**inputs, **outputs)`; inputs and
@@ -132,6 +142,51 @@ class Task:
         each output written once), from the task's `min_bytes`; None if the task does not say."""
         fn = getattr(self.module, "min_bytes", None)
         return None if fn is None else int(fn(workload, inputs))
+
+    # ------------------------------------------------------------ fresh inputs for timed calls
+    @property
+    def shared_inputs(self) -> tuple[str, ...]:
+        return tuple(getattr(self.module, "SHARED_INPUTS", ()))
+
+    @property
+    def declared_late_inputs(self) -> tuple[str, ...] | None:
+        late = getattr(self.module, "LATE_INPUTS", None)
+        return None if late is None else tuple(late)
+
+    def max_sets(self, workload: Workload) -> int:
+        fn = getattr(self.module, "max_sets", None)
+        return 16 if fn is None else max(1, int(fn(workload)))
+
+    def refresh_inputs(self, workload: Workload, sets: list[dict[str, Any]], generator: Any) -> None:
+        """Fresh values, in place, for the input sets of one batch (a shared input is one tensor in
+        every set and is refreshed once). Deterministic given the generator's state."""
+        fn = getattr(self.module, "refresh_inputs", None)
+        if fn is not None:
+            fn(workload, sets, generator)
+            return
+        done: set[str] = set()
+        for inputs in sets:
+            device = next(v.device for v in inputs.values() if hasattr(v, "device"))
+            fresh = self.make_inputs(workload, generator, device)
+            for name, value in fresh.items():
+                if hasattr(value, "copy_") and name not in done:
+                    inputs[name].copy_(value)
+                    if name in self.shared_inputs:
+                        done.add(name)
+
+    def decoy_inputs(self, workload: Workload, inputs: dict[str, Any], names: tuple[str, ...], generator: Any) -> None:
+        """Plausible wrong values, in place, for the late inputs until the judge's clock starts."""
+        fn = getattr(self.module, "decoy_inputs", None)
+        if fn is not None:
+            fn(workload, inputs, names, generator)
+            return
+        import torch
+
+        for name in names:
+            t = inputs[name]
+            flat = t.reshape(-1)
+            order = torch.randperm(flat.numel(), generator=generator, device=t.device)
+            t.copy_(flat[order].view_as(t))
 
     def workload_group(self, workload: Workload) -> str:
         """The task's grouping of workloads (its optional `workload_group`), else "all"."""

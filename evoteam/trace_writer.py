@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from evoteam.harness.model import WorkloadResult
 from evoteam.schema import Correctness, Evaluation, Performance, Trace, Workload
-from evoteam.worker import WorkloadResult
 
 # flashinfer-bench knows fewer statuses than our checks tell apart; the log keeps ours.
 _STATUS = {

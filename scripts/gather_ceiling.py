@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from evoteam import baselines, hardware, timing
+    from evoteam import hardware
     from evoteam.families import load_variants
+    from evoteam.harness import baselines, timing
     from evoteam.task import load_task, select_workloads, shape_label
 
     hw = hardware.resolve("auto")

@@ -117,7 +117,7 @@ def compile_all(args: argparse.Namespace) -> int:
     import torch
 
     from evoteam import hardware
-    from evoteam.check import torch_dtype
+    from evoteam.harness.check import torch_dtype
     from evoteam.task import available_tasks, load_module_from_path, load_task, select_workloads, shape_label
 
     if args.task not in available_tasks():

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 from evoteam import hardware, report
+from evoteam.harness.model import WorkloadResult
 from evoteam.schema import load_traces
 from evoteam.task import load_task, shape_label
-from evoteam.worker import WorkloadResult
 
 
 def results_from(path: Path) -> tuple[list[WorkloadResult], str, str | None]:

@@ -8,9 +8,9 @@
 Every point of the space (the family's, from families.json, or --space: a JSON object of lists that
 replaces those keys of the family's space) is written to a temporary file (the family's file with
 PARAMS rewritten and a module-level DISPATCH literal, if any, emptied, so the point applies to every
-shape) and evaluated like `python -m evoteam.bench` does: one fresh isolated worker process per point
-(evoteam.worker.evaluate_isolated), the correctness checker on every workload, then the baseline and
-the candidate timed side by side in that process. By default the baseline's time is taken from the
+shape) and evaluated like `python -m evoteam.bench` does: one evaluation by the harness per point
+(evoteam.harness.executor.evaluate: the judge, the point in its sandboxed runner), the correctness
+checker on every workload, then the baseline and the candidate timed side by side. By default the baseline's time is taken from the
 baseline cache where it holds one (the first point that times a workload fills it): --time-baseline
 times it side by side at every point. Reports must time both side by side (python -m evoteam.bench).
 
@@ -34,7 +34,6 @@ import argparse
 import ast
 import json
 import math
-import random
 import sys
 import tempfile
 import time
@@ -61,14 +60,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--workloads", nargs="*", default=[], help="unique uuid prefixes (default: all)")
     p.add_argument("--baseline", default="auto")
     p.add_argument("--baseline-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--timing", choices=["events", "graph", "wallclock"], default="events")
+    p.add_argument("--timing", choices=["events", "graph", "wallclock"], default="graph")
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--warmup", type=int)
     p.add_argument("--reps", type=int)
     p.add_argument("--seed", type=int)
     p.add_argument("--timeout", type=float, default=300, help="seconds per workload before a worker is killed")
-    p.add_argument("--profile", action="store_true",
-                   help="list the kernels each point launches (the anti-cheat profiler; off to save time)")
+    p.add_argument("--sandbox", choices=["strict", "weak"], default="strict",
+                   help="the candidate's sandbox: strict refuses to run where a layer is missing")
     p.add_argument("--time-baseline", action="store_true",
                    help="time the baseline side by side at every point (default: baseline cache where it has one)")
     p.add_argument("--out", type=Path, help="write the sweep's JSON here")
@@ -175,16 +174,17 @@ def _outside_space(family, point: dict) -> str:
 def evaluate_points(args, family, points: list[dict]) -> dict:
     from evoteam import hardware
     from evoteam.bench import _options
+    from evoteam.harness.executor import evaluate
+    from evoteam.harness.model import EvalRequest
     from evoteam.task import load_task, select_workloads, shape_label
-    from evoteam.worker import EvalRequest, evaluate_isolated
 
     hw = hardware.resolve(args.hardware)
     task = load_task(args.task)
     scale = args.scale or hw.problem_scale
     workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
-    warmup = args.warmup if args.warmup is not None else (10 if hw.is_gpu else 1)
-    reps = args.reps if args.reps is not None else (100 if hw.is_gpu else 3)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    warmup = args.warmup if args.warmup is not None else (3 if hw.is_gpu else 1)
+    reps = args.reps if args.reps is not None else (30 if hw.is_gpu else 3)
+    seed = args.seed  # None: a fresh secret per evaluation
     sweep = {"task": task.name, "family": family.name, "hardware": hw.name, "scale": scale,
              "baseline": args.baseline, "baseline_options": _options(args.baseline_option),
              "timing": args.timing if hw.is_gpu else "wallclock", "warmup": warmup, "reps": reps, "seed": seed,
@@ -193,7 +193,7 @@ def evaluate_points(args, family, points: list[dict]) -> dict:
              "points": []}
     print(f"sweep: {family.name} on {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}: "
           f"{len(points)} points; baseline {args.baseline} {sweep['baseline_options'] or ''}; "
-          f"timing {sweep['timing']}; seed {seed}", flush=True)
+          f"timing {sweep['timing']}; seed {'secret' if seed is None else seed}", flush=True)
     with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
         for i, point in enumerate(points):
             path = Path(tmp) / f"{family.path.stem}_p{i}.py"
@@ -201,15 +201,15 @@ def evaluate_points(args, family, points: list[dict]) -> dict:
             request = EvalRequest(task=task.name, hardware=hw.name, solution=str(path), workloads=[w.uuid for w in workloads],
                                   scale=scale, trials=args.trials, seed=seed, timing_mode=args.timing,
                                   baseline=args.baseline, baseline_options=sweep["baseline_options"], warmup=warmup,
-                                  reps=reps, use_baseline_cache=not args.time_baseline,
-                                  profile=args.profile)
+                                  reps=reps, use_baseline_cache=not args.time_baseline, second_figure=False,
+                                  sandbox=args.sandbox)
             t0 = time.monotonic()
 
             def progress(result, t0=t0, i=i):  # one line per workload: a slow or hung point shows where
                 print(f"[point {i + 1}/{len(points)}, {time.monotonic() - t0:.0f} s] {result.uuid[:8]}: {result.status}"
                       + (f" {result.speedup:.3f}x" if result.speedup else ""), flush=True)
 
-            outcome = evaluate_isolated(request, timeout_s=args.timeout, on_result=progress)
+            outcome = evaluate(request, timeout_s=args.timeout, on_result=progress)
             wall = time.monotonic() - t0
             results = {r.uuid: {"status": r.status, "speedup": r.speedup, "candidate_ms": r.candidate_ms,
                                 "baseline_ms": r.baseline_ms, "baseline": r.baseline, "noise": r.noise,

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE_ROOT = Path(os.environ.get("EVOTEAM_ENGINE_CACHE", "/var/cache/evoteam"))
 SOCKET = Path(os.environ.get("EVOTEAM_ENGINE_SOCKET", "/run/evoteam-podman/podman.sock"))
 DEBIAN_SUITE = "bookworm"
-DEBIAN_PACKAGES = ("python3", "python3-venv")
+DEBIAN_PACKAGES = ("python3", "python3-venv", "bubblewrap")
 CONTAINERS_CONF = Path("/etc/containers/containers.conf")
 # As FACTS.md found for this kind of machine: runc with cgroupfs, no default ulimits.
 CONTAINERS_CONF_TEXT = ('[containers]\ndefault_ulimits = []\n[engine]\ncgroup_manager = "cgroupfs"\n'

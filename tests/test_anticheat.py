@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from evoteam import anticheat
+from evoteam.harness import scan as anticheat
 
 from conftest import REPO
 

@@ -1,8 +1,9 @@
 """Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline, workload)."""
 
-from evoteam.baseline_cache import BaselineCache, Key, hardware_fingerprint
+from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
+from evoteam.harness.executor import evaluate
+from evoteam.harness.model import EvalRequest
 from evoteam.task import load_task
-from evoteam.worker import EvalRequest, evaluate_isolated
 
 from conftest import REPO
 
@@ -27,9 +28,9 @@ def test_quick_evaluation_reuses_the_cached_baseline():
     uuid = load_task("mla_decode").scaled_workloads("small")[0].uuid
     request = EvalRequest(task="mla_decode", hardware="cpu", workloads=[uuid], scale="small", seed=3, warmup=0,
                           reps=2, solution=str(REPO / "tests" / "data" / "candidates" / "mla_torch.py"))
-    (first,) = evaluate_isolated(request, timeout_s=120).results
+    (first,) = evaluate(request, timeout_s=120).results
     assert first.baseline == "reference" and "baseline" in first.spread
     request.use_baseline_cache = True
-    (second,) = evaluate_isolated(request, timeout_s=120).results
+    (second,) = evaluate(request, timeout_s=120).results
     assert second.baseline == "reference (cached)"
     assert second.baseline_ms == first.baseline_ms and "baseline" not in second.spread

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from evoteam import baselines, hardware
+from evoteam import hardware
+from evoteam.harness import baselines
 from evoteam.task import load_task
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evoteam.check import (
+from evoteam.harness.check import (
     POISON_BITS,
     CheckResult,
     _allocate_outputs,
@@ -473,7 +473,7 @@ def test_json_and_correctness(toy):
 
 
 def test_chunk_boundaries_keep_first_index_and_count(toy, monkeypatch):
-    import evoteam.check as check_mod
+    import evoteam.harness.check as check_mod
 
     monkeypatch.setattr(check_mod, "CPU_CHUNK_ELEMENTS", 7)
     task, wl = toy
@@ -499,7 +499,7 @@ def _poisoned(shape, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8])
 def test_integer_outputs_exact(dtype):
-    from evoteam.check import _compare_output
+    from evoteam.harness.check import _compare_output
     from evoteam.task import Tolerance
 
     exact = Tolerance(0.0, 0.0, 0.0)
@@ -517,7 +517,7 @@ def test_integer_outputs_exact(dtype):
 
 
 def test_float16_poison_and_tolerance():
-    from evoteam.check import _compare_output
+    from evoteam.harness.check import _compare_output
     from evoteam.task import DTYPE_TOLERANCES
 
     tol = DTYPE_TOLERANCES["float16"]
@@ -535,7 +535,7 @@ def test_float16_poison_and_tolerance():
 
 ASYNC_ERROR_SCRIPT = """
 import sys, torch
-from evoteam.check import check_kernel
+from evoteam.harness.check import check_kernel
 from evoteam.task import load_task_folder
 task = load_task_folder(sys.argv[1])
 wl = task.scaled_workloads("small")[0]

@@ -19,9 +19,9 @@ from container_engine import serving, worker_image
 from planted import variant, write_planted
 
 from evoteam import hardware
-from evoteam.container import ContainerExecutor, EngineError, host_config
+from evoteam.harness.container import ContainerExecutor, EngineError, host_config
+from evoteam.harness.model import EvalRequest
 from evoteam.task import load_task
-from evoteam.worker import EvalRequest
 
 from conftest import REPO, run_evoteam
 
@@ -73,7 +73,7 @@ def _request(solution, uuids, **kw) -> EvalRequest:
 
 
 def _workers_left(engine) -> list:
-    return engine[2].containers.list(all=True, filters={"label": "evoteam.role=worker"})
+    return engine[2].containers.list(all=True, filters={"label": "evoteam.role=judge"})
 
 
 def test_correct_candidate_passes_in_the_container(engine, small_uuids, tmp_path):
@@ -94,7 +94,7 @@ def test_hanging_candidate_is_killed_at_the_time_limit_and_removed(engine, small
     result = _executor(engine, tmp_path)(_request(planted_dir / "hang_on_batch16.py", uuids), 8)
     elapsed = time.monotonic() - started
     assert [r.status for r in result.results] == ["PASSED", "timeout", "PASSED"], result.log_tail
-    assert "no result within 8 s" in result.results[1].detail
+    assert "time limit" in result.results[1].detail
     assert result.restarts == 1
     assert elapsed < 60, elapsed
     assert _workers_left(engine) == []

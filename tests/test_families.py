@@ -15,9 +15,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from mla_inputs import assert_matches_reference, mla_inputs  # noqa: E402
 
-from evoteam.anticheat import foreign_kernels, jit_function_names, scan_source  # noqa: E402
-from evoteam.check import check_kernel  # noqa: E402
 from evoteam.families import Family, apply_params, load_families, load_variants, read_params  # noqa: E402
+from evoteam.harness.check import check_kernel  # noqa: E402
+from evoteam.harness.scan import foreign_kernels, jit_function_names, scan_source  # noqa: E402
 from evoteam.task import available_tasks, load_module_from_path, load_task  # noqa: E402
 
 FAMILY_NAMES = {"mla_decode": {"seed", "splitkv"}, "kda_prefill": {"seed"}}

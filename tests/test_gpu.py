@@ -4,8 +4,9 @@ baselines held to our own checker (so a baseline that computes something else ca
 import pytest
 import torch
 
-from evoteam import baselines, hardware, timing
-from evoteam.check import check_kernel
+from evoteam import hardware
+from evoteam.harness import baselines, timing
+from evoteam.harness.check import check_kernel
 from evoteam.task import load_task
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
@@ -69,8 +70,10 @@ def test_fla_chunk_kda_passes_our_checker(hw):
         assert result.passed, (workload.uuid, result.summary())
 
 
-def test_profiler_catches_baseline_kernels_past_the_static_scan(hw):
-    from evoteam.worker import EvalRequest, evaluate_isolated
+def test_the_baseline_library_is_out_of_the_candidates_reach(hw):
+    """Past the static scan, the sandbox: flashinfer is not there for the candidate to import."""
+    from evoteam.harness.executor import evaluate
+    from evoteam.harness.model import EvalRequest
 
     from conftest import REPO
 
@@ -80,7 +83,7 @@ def test_profiler_catches_baseline_kernels_past_the_static_scan(hw):
     request = EvalRequest(task="mla_decode", hardware=hw.name, workloads=[task.workloads[0].uuid],
                           solution=str(REPO / "tests" / "data" / "candidates" / "flashinfer_in_disguise.py"),
                           baseline="flashinfer", warmup=2, reps=5, static_scan=False)
-    (result,) = evaluate_isolated(request, timeout_s=300).results
-    assert result.status == "flagged_cheat", (result.status, result.detail)
+    (result,) = evaluate(request, timeout_s=300).results
+    assert result.status == "compile_error" and "flashinfer" in result.detail, (result.status, result.detail)
     assert "baseline_kernels" in result.detail
     assert result.speedup is None

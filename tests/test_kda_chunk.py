@@ -14,8 +14,8 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from evoteam.check import check_kernel  # noqa: E402
 from evoteam.families import apply_params, load_families  # noqa: E402
+from evoteam.harness.check import check_kernel  # noqa: E402
 from evoteam.task import load_module_from_path, load_task  # noqa: E402
 
 KDA = load_task("kda_prefill")

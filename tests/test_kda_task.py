@@ -235,7 +235,7 @@ def test_seed_kernel_matches_reference_under_interpreter(small_cases):
 
 
 def test_seed_kernel_passes_the_shared_checker():
-    from evoteam.check import check_kernel
+    from evoteam.harness.check import check_kernel
 
     kernel = TASK.load_kernel(TASK.seed_kernel_path)
     w = next(w for w in SMALL if small_id(w) == "t8192_n2x4096_h32_bounded_init")

@@ -11,6 +11,7 @@ import pytest
 from fake_openai import FakeOpenAI, delay, error, reply, tool_call
 
 from evoteam.errors import UserError
+from evoteam.harness.model import EvalResult, WorkloadResult
 from evoteam.llm import LLMClient, LLMConfigError, LLMError
 from evoteam.team.budget import BudgetExceeded, Ledger
 from evoteam.team.llm_agent import LLMAgent
@@ -18,7 +19,6 @@ from evoteam.team.llm_supervisor import propose_redesign
 from evoteam.team.spec import RoleSpec, TeamSpec
 from evoteam.team.toolbox import HarnessSettings, Toolbox
 from evoteam.team.workspace import Workspace
-from evoteam.worker import EvalResult, WorkloadResult
 
 WORKLOADS = ["aaaa1111-0000", "bbbb2222-0000"]
 KERNEL = "import torch\n\ndef run(x, out):\n    out.copy_(x)\n"

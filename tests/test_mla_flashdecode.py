@@ -15,8 +15,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from mla_inputs import assert_matches_reference, mla_inputs  # noqa: E402
 
-from evoteam.check import check_kernel  # noqa: E402
 from evoteam.families import load_families  # noqa: E402
+from evoteam.harness.check import check_kernel  # noqa: E402
 from evoteam.task import load_module_from_path, load_task  # noqa: E402
 
 MLA = load_task("mla_decode")

@@ -36,7 +36,7 @@ def test_runs_side_by_side(tmp_path):
     a = bench_json(tmp_path / "a.json", uuids[:2], [0.02, 0.04], [0.01, 0.05])
     b = bench_json(tmp_path / "b.json", uuids[2:], [0.03], [0.03])
     c = bench_json(tmp_path / "c.json", uuids, [0.02, 0.04, 0.03], [0.04, 0.04, 0.03],
-                   statuses={uuids[2]: "incorrect_output"})
+                   statuses={uuids[2]: "mismatch"})
     out = run_table("--run", f"one={a},{b}", "--run", f"two={c}", "--largest", "2")
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if line.startswith(f"| {uuids[0][:8]}")]

@@ -8,6 +8,7 @@ import sys
 import time
 
 from evoteam.families import load_families
+from evoteam.harness.model import EvalResult, WorkloadResult
 from evoteam.schema import read_journal
 from evoteam.task import load_task
 from evoteam.team import presets
@@ -16,7 +17,6 @@ from evoteam.team.offline import SearchSpace
 from evoteam.team.runner import TeamRun, probe_workloads
 from evoteam.team.supervisor import Supervisor
 from evoteam.team.toolbox import HarnessSettings
-from evoteam.worker import EvalResult, WorkloadResult
 
 
 def _flat_evaluator(request, timeout_s):

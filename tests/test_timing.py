@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from evoteam import timing
+from evoteam.harness import timing
 
 
 def test_summary_statistics():

@@ -33,6 +33,7 @@ from mlflow import MlflowClient  # noqa: E402
 from evoteam import compare, tracking  # noqa: E402
 from evoteam.errors import UserError  # noqa: E402
 from evoteam.families import load_families  # noqa: E402
+from evoteam.harness.model import EvalResult, WorkloadResult  # noqa: E402
 from evoteam.task import load_task  # noqa: E402
 from evoteam.team import presets  # noqa: E402
 from evoteam.team import runner as runner_module  # noqa: E402
@@ -41,7 +42,6 @@ from evoteam.team.offline import SearchSpace  # noqa: E402
 from evoteam.team.runner import TeamRun, probe_workloads  # noqa: E402
 from evoteam.team.supervisor import Supervisor  # noqa: E402
 from evoteam.team.toolbox import HarnessSettings  # noqa: E402
-from evoteam.worker import EvalResult, WorkloadResult  # noqa: E402
 
 from conftest import run_evoteam  # noqa: E402
 
@@ -131,7 +131,7 @@ def test_team_evolution_metrics_artifacts_and_resume(tmp_path, monkeypatch):
     team_run = _team_run(run_dir, evaluator, tracker.sync)
     assert team_run.run() == "evaluation budget spent: 12 of 12"
     tracker.sync(team_run)
-    monkeypatch.setattr(runner_module, "evaluate_isolated", lambda request, timeout_s: evaluator(request, timeout_s))
+    monkeypatch.setattr(runner_module, "harness_evaluate", lambda request, timeout_s: evaluator(request, timeout_s))
     results = team_run.final_measurement(timeout_s=60)
     tracker.finish(team_run, results, "stand-in table", {results[0].uuid: "batch_size=1"})
 

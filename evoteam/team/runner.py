@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evoteam.harness.executor import evaluate as harness_evaluate
+from evoteam.harness.model import WorkloadResult
 from evoteam.team.budget import BudgetExceeded, Ledger, Usage
 from evoteam.team.offline import OfflineAgent, SearchSpace
 from evoteam.team.progress import Progress, progress_of
@@ -27,7 +29,6 @@ from evoteam.team.spec import TeamSpec
 from evoteam.team.supervisor import Supervisor, stalled, verdict
 from evoteam.team.toolbox import HarnessSettings, Toolbox
 from evoteam.team.workspace import Workspace
-from evoteam.worker import WorkloadResult, evaluate_isolated
 
 
 @dataclass
@@ -248,8 +249,8 @@ class TeamRun:
             path = final_dir / "kernels" / f"{attempt_id or 'default'}.py"
             path.write_text(source)
             s = self.settings
-            request = s.request(str(path), uuids, seed=s.seed + 1, reps=max(s.reps, 3), use_baseline_cache=False)
-            evaluate = self.evaluator or (lambda req, limit: evaluate_isolated(req, timeout_s=limit))
+            request = s.request(str(path), uuids, reps=max(s.reps, 3), use_baseline_cache=False, second_figure=True)
+            evaluate = self.evaluator or (lambda req, limit: harness_evaluate(req, timeout_s=limit))
             for r in evaluate(request, timeout_s).results:
                 results[r.uuid] = r
         (final_dir / "dispatch.json").write_text(json.dumps(table, indent=1))

@@ -1,7 +1,7 @@
 """The tools agents act through, bound to one role of one team: write a kernel file in the role's
 own drafts, run the correctness check, run the benchmark on chosen workloads, read the shared
 workspace, submit. Every check and benchmark goes through the isolated harness
-(`evoteam.worker.evaluate_isolated`: own process, time limit, anti-cheat), counts against the
+(`evoteam.harness`: a trusted judge, the candidate sandboxed, fresh secret inputs), counts against the
 ledger and lands in the workspace journal; the same evaluation (same source, workloads and kind)
 is answered from the journal instead of being run again, also after a resume.
 
@@ -16,11 +16,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from evoteam import anticheat
+from evoteam.harness import scan
+from evoteam.harness.executor import evaluate
+from evoteam.harness.model import EvalRequest, EvalResult
 from evoteam.team.budget import Ledger
 from evoteam.team.spec import RoleSpec
 from evoteam.team.workspace import Attempt, Workspace, evaluation_key
-from evoteam.worker import EvalRequest, EvalResult, evaluate_isolated
 
 
 @dataclass
@@ -28,14 +29,17 @@ class HarnessSettings:
     task: str
     hardware: str
     scale: str
-    timing_mode: str = "events"
+    timing_mode: str = "graph"
     baseline: str = "auto"
     baseline_options: dict = field(default_factory=dict)
     trials: int = 3
     warmup: int = 5
     reps: int = 30
     timeout_s: float = 600
-    seed: int = 0
+    sandbox: str = "strict"
+    memory_limit_gib: float = 16
+    process_limit: int = 4096
+    second_figure: bool = False  # the search needs one figure; the final re-measurement asks for both
     probe_workloads: list[str] = field(default_factory=list)  # default workloads of a quick benchmark
     all_workloads: list[str] = field(default_factory=list)
     use_baseline_cache: bool = True  # quick feedback; the final re-measurement times both
@@ -44,9 +48,11 @@ class HarnessSettings:
     def request(self, solution: str, workloads: list[str], **overrides) -> EvalRequest:
         """An evaluation request of these settings for one candidate file."""
         fields = dict(task=self.task, hardware=self.hardware, solution=solution, workloads=workloads,
-                      scale=self.scale, trials=self.trials, seed=self.seed, timing_mode=self.timing_mode,
+                      scale=self.scale, trials=self.trials, timing_mode=self.timing_mode,
                       baseline=self.baseline, baseline_options=self.baseline_options, warmup=self.warmup,
-                      reps=self.reps, use_baseline_cache=self.use_baseline_cache)
+                      reps=self.reps, use_baseline_cache=self.use_baseline_cache, sandbox=self.sandbox,
+                      memory_limit_gib=self.memory_limit_gib, process_limit=self.process_limit,
+                      second_figure=self.second_figure, workload_timeout_s=self.timeout_s)
         return EvalRequest(**{**fields, **overrides})
 
 
@@ -54,7 +60,7 @@ Evaluator = Callable[[EvalRequest, float], EvalResult]
 
 
 def _default_evaluator(request: EvalRequest, timeout_s: float) -> EvalResult:
-    return evaluate_isolated(request, timeout_s=timeout_s)
+    return evaluate(request, timeout_s=timeout_s)
 
 
 def summarize_result(result: EvalResult) -> tuple[str, str, dict[str, float], dict[str, str], float | None,
@@ -115,7 +121,7 @@ class Toolbox:
         if not name or "/" in name or name.startswith("."):
             return "error: name must be a plain file name, e.g. v1.py"
         self.drafts[name] = source
-        violations = anticheat.scan_source(source, name)
+        violations = scan.scan_source(source, name)
         if violations:
             return f"written {name}; the static scan will reject it: " + "; ".join(str(v) for v in violations[:3])
         return f"written {name} ({len(source.splitlines())} lines); static scan ok"
@@ -196,7 +202,8 @@ def describe(attempt: Attempt) -> str:
 TOOL_SCHEMAS = [
     {"type": "function", "function": {
         "name": "write_kernel", "description": "Write (or overwrite) a kernel file in your own drafts. It must "
-        "define run(**inputs, **outputs) writing every element of the outputs; allowed imports: torch, triton, math.",
+        "define run(**inputs, **outputs) writing every element of the outputs. It runs sandboxed: no network, no "
+        "baseline libraries, only its own scratch folder writable.",
         "parameters": {"type": "object", "properties": {
             "name": {"type": "string", "description": "file name, e.g. v1.py"},
             "source": {"type": "string", "description": "the whole Python source"}},

@@ -40,6 +40,11 @@ TOLERANCES = {
     "final_state": Tolerance(atol=3e-2, rtol=1e-2, max_rel_norm=1e-2),
 }
 
+# Timed calls (see evoteam/task.py): every output depends on beta (o_t through the delta rule at step
+# t, final_state through every step), and it is small (T x H), so the judge writes it only after its
+# clock starts.
+LATE_INPUTS = ("beta_logits",)
+
 
 # ----------------------------------------------------------------------------- cu_seqlens file
 

@@ -40,6 +40,12 @@ SMALL_PICKS = ((1, 2), (16, 2))  # (batch_size, how many): the smallest workload
 # flashinfer-bench checks lse at atol = rtol = 1e-2; output (bf16) keeps evoteam's bf16 default.
 TOLERANCES = {"lse": Tolerance(atol=1e-2, rtol=1e-2, max_rel_norm=1e-2)}
 
+# Timed calls (see evoteam/task.py): the calls of one batch share the KV-cache pool, as the requests
+# of a serving engine do, each reading its own pages; the pages a call reads are revealed only when
+# the judge's clock starts, so nothing can be read ahead of it.
+SHARED_INPUTS = ("ckv_cache", "kpe_cache")
+LATE_INPUTS = ("kv_indices",)
+
 
 # --------------------------------------------------------------------------- workloads
 
@@ -140,6 +146,39 @@ def make_inputs(workload, generator, device):
         "kv_indices": torch.from_numpy(np.array(kv_indices)).to(device),
         "sm_scale": sm_scale,
     }
+
+
+def max_sets(workload):
+    """Calls per batch: each takes its own pages from the pool."""
+    a = workload.axes
+    return max(1, int(a["num_pages"]) // max(1, int(a["num_kv_indices"])))
+
+
+def refresh_inputs(workload, sets, generator):
+    """Fresh values for the calls of one batch: new queries, new pages (distinct across the calls, so
+    no call finds another's rows in a cache) holding fresh rows; the request lengths (kv_indptr) stay."""
+    ckv, kpe = sets[0]["ckv_cache"], sets[0]["kpe_cache"]
+    device, num_pages = ckv.device, ckv.shape[0]
+    tokens = sets[0]["kv_indices"].shape[0]
+    pages = torch.randperm(num_pages, generator=generator, device=device)[:tokens * len(sets)]
+    ckv[pages] = torch.randn((pages.numel(), PAGE_SIZE, HEAD_DIM_CKV), generator=generator, device=device,
+                             dtype=torch.bfloat16)
+    kpe[pages] = torch.randn((pages.numel(), PAGE_SIZE, HEAD_DIM_KPE), generator=generator, device=device,
+                             dtype=torch.bfloat16)
+    for j, inputs in enumerate(sets):
+        inputs["q_nope"].copy_(torch.randn(inputs["q_nope"].shape, generator=generator, device=device,
+                                           dtype=torch.bfloat16))
+        inputs["q_pe"].copy_(torch.randn(inputs["q_pe"].shape, generator=generator, device=device,
+                                         dtype=torch.bfloat16))
+        inputs["kv_indices"].copy_(pages[j * tokens:(j + 1) * tokens].to(torch.int32))
+
+
+def decoy_inputs(workload, inputs, names, generator):
+    """Until the clock starts, kv_indices names other random pages."""
+    for name in names:
+        t = inputs[name]
+        num_pages = inputs["ckv_cache"].shape[0]
+        t.copy_(torch.randint(0, num_pages, t.shape, generator=generator, device=t.device, dtype=torch.int32))
 
 
 # --------------------------------------------------------------------------- traffic floor

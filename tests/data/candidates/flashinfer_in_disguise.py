@@ -1,5 +1,5 @@
 """Planted candidate: hands the work to FlashInfer. The static scan refuses it; with the scan
-turned off (a test of the second line of defence), the profiler must see FlashInfer's kernels."""
+turned off, the sandbox must: the library is not there for the candidate to import."""
 
 import flashinfer.mla
 import torch

@@ -1,4 +1,7 @@
-"""Timing of callables side by side in the same process, interleaved, in a named mode.
+"""Timing of trusted callables side by side in this process, interleaved, in a named mode: the
+probes' and scripts' tool for kernels they wrote themselves, and the statistics every figure uses.
+Untrusted candidates are never timed here: the judge times them from outside their process
+(`evoteam.harness.interval`).
 
 Modes (every result says which produced it):
   events     device events around one call, the L2 flushed before each call (GPU)
@@ -22,7 +25,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-MODES = ("events", "graph", "wallclock")
+from evoteam.harness.model import TIMING_MODES as MODES
+
 GRAPH_CALLS = 20
 
 

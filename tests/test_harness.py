@@ -1,15 +1,17 @@
-"""Isolated evaluation with real worker processes: recovery from crashes, hangs, bad code and
-out-of-memory, and the anti-cheat rules enforced on planted candidates."""
+"""The harness end to end on CPU, with real processes: a trusted judge, the candidate in a sandboxed
+runner. Recovery from crashes, hangs, bad code and out-of-memory; the static filter; timed calls
+that skip work; the physical floor; what every result records."""
 
 import dataclasses
 
 import pytest
-from planted import write_planted
+from planted import variant, write_planted
 
 from evoteam import hardware
-from evoteam.evaluate import evaluate_in_process
+from evoteam.harness.executor import evaluate
+from evoteam.harness.judge import Judge
+from evoteam.harness.model import EvalRequest, Status
 from evoteam.task import load_task
-from evoteam.worker import EvalRequest, evaluate_isolated
 
 from conftest import REPO
 
@@ -31,39 +33,48 @@ def small_uuids():
 
 def _request(candidate: str, uuids, directory=CANDIDATES, **kw) -> EvalRequest:
     return EvalRequest(task="mla_decode", hardware="cpu", solution=str(directory / candidate),
-                       workloads=list(uuids), scale="small", seed=11, warmup=0, reps=2, **kw)
+                       workloads=list(uuids), scale="small", warmup=0, reps=2, **kw)
 
 
 def test_correct_candidate_is_timed_against_the_reference(small_uuids):
-    result = evaluate_isolated(_request("mla_torch.py", small_uuids[:2]), timeout_s=120)
+    result = evaluate(_request("mla_torch.py", small_uuids[:2]), timeout_s=120)
     assert [r.status for r in result.results] == ["PASSED", "PASSED"], result.log_tail
     for r in result.results:
         assert r.baseline == "reference" and r.timing_mode == "wallclock"
         assert r.baseline_ms > 0 and r.candidate_ms > 0 and r.candidate_repeat_ms > 0
         assert r.speedup == pytest.approx(r.baseline_ms / r.candidate_ms)
         assert r.noise is not None and r.spread["candidate"]["samples"] == 2
+        assert r.calls_checked == 3 + 2 * 2 and r.calls_timed == 2 * 2  # the checks, and every timed call
     assert result.restarts == 0
+    # The sandbox it ran in, and the secret that drew the inputs (revealed only now).
+    assert result.sandbox["mode"] == "strict" and result.sandbox["tool"] == "bubblewrap"
+    assert result.sandbox["uid"] == 65534 and result.sandbox["network"].startswith("none")
+    assert result.seed_secret and isinstance(result.seed, int)
+    again = evaluate(_request("mla_torch.py", small_uuids[:1]), timeout_s=120)
+    assert again.seed != result.seed  # no seed is shared between evaluations
 
 
 def test_crash_is_recorded_and_the_run_goes_on(small_uuids, planted_dir):
     seen = []
-    result = evaluate_isolated(_request("crash_on_batch16.py", directory=planted_dir, uuids=small_uuids), timeout_s=120, on_result=seen.append)
+    result = evaluate(_request("crash_on_batch16.py", directory=planted_dir, uuids=small_uuids), timeout_s=120,
+                      on_result=seen.append)
     statuses = [r.status for r in result.results]
     assert statuses == ["PASSED", "PASSED", "crash", "crash"], result.log_tail
     assert "SIGABRT" in result.results[2].detail
-    assert result.restarts == 2  # one replaced worker per crash
+    assert result.restarts == 2  # one replaced runner per crash
     assert [r.uuid for r in seen] == small_uuids  # reported as they happened, each once
 
 
 def test_hang_times_out_and_the_run_goes_on(small_uuids, planted_dir):
     uuids = [small_uuids[0], small_uuids[2], small_uuids[1]]  # the batch-16 one in the middle
-    result = evaluate_isolated(_request("hang_on_batch16.py", uuids, planted_dir), timeout_s=8)
+    result = evaluate(_request("hang_on_batch16.py", uuids, planted_dir), timeout_s=8)
     assert [r.status for r in result.results] == ["PASSED", "timeout", "PASSED"], result.log_tail
-    assert "no result within 8 s" in result.results[1].detail
+    assert "time limit" in result.results[1].detail
 
 
 def test_total_time_limit_fails_what_is_left(small_uuids, planted_dir):
-    result = evaluate_isolated(_request("hang_on_batch16.py", directory=planted_dir, uuids=small_uuids[2:]), timeout_s=60, total_timeout_s=6)
+    result = evaluate(_request("hang_on_batch16.py", directory=planted_dir, uuids=small_uuids[2:]), timeout_s=60,
+                      total_timeout_s=8)
     assert [r.status for r in result.results] == ["timeout", "timeout"]
 
 
@@ -73,22 +84,39 @@ def test_total_time_limit_fails_what_is_left(small_uuids, planted_dir):
     ("reads_reference.py", "rejected", "calls open()"),
     ("syntax_error.py", "rejected", "not valid Python"),
 ])
-def test_static_rules_reject_before_running(small_uuids, planted_dir, candidate, status, words):
+def test_static_filter_rejects_before_running(small_uuids, planted_dir, candidate, status, words):
     directory = CANDIDATES if candidate == "syntax_error.py" else planted_dir
-    result = evaluate_isolated(_request(candidate, small_uuids[:2], directory), timeout_s=60)
+    result = evaluate(_request(candidate, small_uuids[:2], directory), timeout_s=60)
     assert [r.status for r in result.results] == [status, status]
     assert words in result.results[0].detail
 
 
+@pytest.mark.parametrize("candidate, status", [
+    ("imports_flashinfer.py", "compile_error"),  # not installed here, and hidden where it is
+    ("calls_the_reference.py", "exception"),  # the package is there, its data folders (the task) are not
+    ("reads_reference.py", "exception"),  # no repository in the sandbox
+])
+def test_without_the_filter_the_sandbox_holds(small_uuids, planted_dir, candidate, status):
+    (planted_dir / "calls_the_reference.py").write_text(variant(
+        "hands the work to the task's reference", "from evoteam.task import load_task\n",
+        "    ref = load_task('mla_decode').reference_module\n"
+        "    out, l = ref.run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale)\n"
+        "    output.copy_(out)\n    lse.copy_(l)\n    return\n"))
+    result = evaluate(_request(candidate, small_uuids[:1], planted_dir, static_scan=False), timeout_s=60)
+    (r,) = result.results
+    assert r.status == status, (r.status, r.detail, result.log_tail)
+
+
 def test_skipping_work_in_timed_calls_is_caught(small_uuids, planted_dir):
-    result = evaluate_isolated(_request("skips_work_when_timed.py", directory=planted_dir, uuids=small_uuids[:1]), timeout_s=120)
+    result = evaluate(_request("skips_work_when_timed.py", directory=planted_dir, uuids=small_uuids[:1]),
+                      timeout_s=120)
     (r,) = result.results
     assert r.status == "skipped_work", (r.status, r.detail)
-    assert "unwritten" in r.detail
+    assert "never written" in r.detail
 
 
 def test_out_of_memory_is_a_failure_not_a_crash_of_the_run(small_uuids, planted_dir):
-    result = evaluate_isolated(_request("out_of_memory.py", directory=planted_dir, uuids=small_uuids[:2]), timeout_s=120)
+    result = evaluate(_request("out_of_memory.py", directory=planted_dir, uuids=small_uuids[:2]), timeout_s=120)
     assert all(r.status in ("exception", "out_of_memory") for r in result.results), result.results
     assert "memory" in result.results[0].detail.lower() or "alloc" in result.results[0].detail.lower()
 
@@ -96,12 +124,12 @@ def test_out_of_memory_is_a_failure_not_a_crash_of_the_run(small_uuids, planted_
 def test_faster_than_the_physical_floor_is_flagged_not_a_win(small_uuids):
     # Pretend the CPU moves one byte per second: every real time is then faster than the floor.
     hw = dataclasses.replace(hardware.load_spec("cpu"), peak_memory_bandwidth_tbs=1e-12)
-    (r,) = list(evaluate_in_process(_request("mla_torch.py", small_uuids[:1]), hw))
-    assert r.status == "flagged_cheat"
+    (r,) = Judge(_request("mla_torch.py", small_uuids[:1]), hw).run().results
+    assert r.status == Status.FLAGGED
     assert r.flags and r.flags[0].startswith("faster_than_floor")
     assert r.speedup is None  # not counted as a win
 
 
 def test_unknown_workload_is_an_error_of_the_caller():
     with pytest.raises(ValueError, match="not in task mla_decode"):
-        list(evaluate_in_process(_request("mla_torch.py", ["nope"]), hardware.load_spec("cpu")))
+        Judge(_request("mla_torch.py", ["nope"]), hardware.load_spec("cpu")).run()

@@ -1,8 +1,8 @@
-"""Evaluation workers in the hardware target's container, through the Docker API (executor=docker).
+"""executor=docker: the judge in the hardware target's container, through the Docker API.
 
-The contract of `evoteam.worker.evaluate_isolated` is kept (a fresh worker per evaluation, a new one
-after a crash or a timeout, the same EvalRequest and EvalResult); only the worker process runs in a
-container of the target's image instead of on this machine:
+The contract of `evoteam.harness.executor.evaluate` is kept (the same request and result, a new
+judge after a fatal fault, the runner replaced after a crash or a timeout); only the judge process
+runs in a container of the target's image:
 
 - devices from the spec sheet's `container:` section (hardware/<name>.yaml), the one source of them:
   NVIDIA GPUs through device requests, AMD GPUs through /dev/kfd and /dev/dri with the video and
@@ -11,8 +11,14 @@ container of the target's image instead of on this machine:
   process-count and time limits;
 - mounts: the candidate's file alone, read-only, at /candidate; a scratch folder (the request, the
   progress file the harness follows) at /scratch; a cache folder kept between evaluations (Triton,
-  FlashInfer JIT, baseline timings) at /cache; a tmpfs at /tmp;
-- a container past the time limit is killed; every container is removed, its logs kept in the result.
+  FlashInfer JIT, baseline timings, the candidates' compiled kernels) at /cache; a tmpfs at /tmp.
+
+Inside, the judge starts the candidate's runner under bubblewrap, as on a host: its own user, PID,
+mount and network namespaces. For that the container's /proc is left unmasked (podman's
+`unmask=ALL`, Docker's `systempaths=unconfined`: bubblewrap mounts a fresh procfs for the runner's
+PID namespace); the default seccomp profile stays. No cgroup can be made inside, so the runner's
+memory and process limits are the container's, shared with the judge (recorded in every result);
+the runner is the kernel's first choice when memory runs out.
 
 The engine is the one at executor.docker_host, else DOCKER_HOST, else the local default socket.
 A missing engine or image is a UserError whose one line says how to start, build or pull it.
@@ -23,22 +29,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from evoteam.errors import UserError
 from evoteam.hardware import HardwareSpec
-from evoteam.worker import LOG_TAIL_CHARS, EvalRequest, EvalResult, _describe_exit, evaluate_isolated
+from evoteam.harness.executor import LOG_TAIL_CHARS, evaluate
+from evoteam.harness.model import EvalRequest, EvalResult
+from evoteam.harness.sandbox import CONTAINER_LIMITS_ENV
 
 CANDIDATE_DIR = "/candidate"
 SCRATCH_DIR = "/scratch"
 CACHE_DIR = "/cache"
 # Where libraries keep what they compile or measure, redirected to the kept cache folder.
 CACHE_ENV = {"XDG_CACHE_HOME": CACHE_DIR, "EVOTEAM_CACHE_DIR": f"{CACHE_DIR}/evoteam",
-             "TRITON_HOME": f"{CACHE_DIR}/triton", "TRITON_CACHE_DIR": f"{CACHE_DIR}/triton/cache",
+             "TRITON_HOME": CACHE_DIR, "TRITON_CACHE_DIR": f"{CACHE_DIR}/triton/cache",
              "FLASHINFER_WORKSPACE_BASE": CACHE_DIR, "HOME": "/tmp", "PYTHONUNBUFFERED": "1",
              "PYTHONDONTWRITEBYTECODE": "1"}
 POLL_S = 0.25  # how often the engine is asked whether the container still runs
@@ -82,58 +89,41 @@ def check_image(client, image: str, hw: HardwareSpec, address: str) -> None:
                           f"{build_hint(image, hw)}") from None
 
 
-@dataclass
-class ContainerWorkers:
-    """Starts each worker of an evaluation in a fresh container (see the module docstring)."""
-
-    hw: HardwareSpec
-    image: str
-    docker_host: str | None = None
-    memory_gib: float = 16
-    pids_limit: int = 4096
-    cache_dir: Path | None = None  # None: ~/.cache/evoteam/container
-    extra_env: dict = field(default_factory=dict)
-    client: Any = None
-
-    def __post_init__(self) -> None:
-        if self.client is None:
-            self.client = connect(self.docker_host)
-        check_image(self.client, self.image, self.hw, engine_address(self.docker_host))
-        root = os.environ.get("EVOTEAM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "evoteam")
-        self.cache_dir = Path(self.cache_dir or Path(root) / "container")
-        _shared_dir(self.cache_dir)
-
-    def start(self, request: EvalRequest, workdir: Path, attempt: int) -> ContainerWorker:
-        return ContainerWorker(self, request, workdir, attempt)
+def _is_podman(client) -> bool:
+    try:
+        return any("podman" in str(c.get("Name", "")).lower() for c in client.version().get("Components", []))
+    except Exception:  # noqa: BLE001 - assume Docker
+        return False
 
 
-def host_config(hw: HardwareSpec, memory_gib: float, pids_limit: int) -> dict[str, Any]:
+def host_config(hw: HardwareSpec, memory_gib: float, pids_limit: int, podman: bool = True) -> dict[str, Any]:
     """Keyword arguments of containers.create() for the target's devices, the sandbox and the limits."""
     from docker.types import DeviceRequest
 
     c = hw.container
     memory = f"{int(memory_gib * 1024)}m"
+    # bubblewrap inside needs to mount a procfs for the runner: /proc unmasked (the default seccomp stays)
+    unmask = "unmask=ALL" if podman else "systempaths=unconfined"
     return dict(
         device_requests=[DeviceRequest(**request) for request in c.device_requests],
         devices=[f"{d}:{d}:rwm" for d in c.devices], group_add=list(c.group_add),
-        network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+        network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges", unmask],
         mem_limit=memory, memswap_limit=memory, pids_limit=pids_limit,
-        init=True,  # the worker is not PID 1: a signal that kills it gives exit code 128 + N
+        init=True,  # the judge is not PID 1: a signal that kills it gives exit code 128 + N
         tmpfs={"/tmp": "rw,exec,size=4g"}, shm_size="1g",
     )
 
 
-class ContainerWorker:
-    """One worker in one container; the interface of evoteam.worker's local worker."""
+class ContainerJudge:
+    """The judge of one evaluation in one container; the interface of evoteam.harness.executor's judges."""
 
-    def __init__(self, workers: ContainerWorkers, request: EvalRequest, workdir: Path, attempt: int):
+    def __init__(self, executor: ContainerExecutor, request: EvalRequest, workdir: Path):
         from docker.types import Mount
 
-        self.client = workers.client
-        self.memory_gib = workers.memory_gib
-        scratch = _shared_dir(workdir / f"scratch{attempt}")
-        candidate = workdir / f"candidate{attempt}"
-        candidate.mkdir(mode=0o755)
+        self.client = executor.client
+        scratch = _shared_dir(workdir / "scratch")
+        candidate = workdir / "candidate"
+        candidate.mkdir(mode=0o755, exist_ok=True)
         source = Path(request.solution)
         shutil.copyfile(source, candidate / source.name)
         (candidate / source.name).chmod(0o644)
@@ -142,13 +132,14 @@ class ContainerWorker:
         (scratch / "request.json").write_text(json.dumps(asdict(inside)))
         mounts = [Mount(CANDIDATE_DIR, str(candidate.resolve()), type="bind", read_only=True),
                   Mount(SCRATCH_DIR, str(scratch.resolve()), type="bind"),
-                  Mount(CACHE_DIR, str(Path(workers.cache_dir).resolve()), type="bind")]
+                  Mount(CACHE_DIR, str(Path(executor.cache_dir).resolve()), type="bind")]
+        limits = f"memory {executor.memory_gib:g} GiB, {executor.pids_limit} pids"
         self.container = self.client.containers.create(
-            workers.image, ["python3", "-m", "evoteam.worker", f"{SCRATCH_DIR}/request.json",
-                            f"{SCRATCH_DIR}/progress.jsonl"],
-            environment={**CACHE_ENV, **workers.extra_env}, working_dir=SCRATCH_DIR, mounts=mounts,
-            labels={"evoteam.role": "worker", "evoteam.task": request.task}, detach=True,
-            **host_config(workers.hw, workers.memory_gib, workers.pids_limit))
+            executor.image, ["python3", "-m", "evoteam.harness.judge", f"{SCRATCH_DIR}/request.json",
+                             f"{SCRATCH_DIR}/progress.jsonl"],
+            environment={**CACHE_ENV, CONTAINER_LIMITS_ENV: limits}, working_dir=SCRATCH_DIR, mounts=mounts,
+            labels={"evoteam.role": "judge", "evoteam.task": request.task}, detach=True,
+            **host_config(executor.hw, executor.memory_gib, executor.pids_limit, executor.podman))
         self.container.start()
         self.state: dict = {}
         self.last_poll = 0.0
@@ -168,21 +159,20 @@ class ContainerWorker:
         import docker
 
         try:
-            self.container.kill()
+            self.container.kill(signal="SIGTERM")  # the judge ends its runners on the way out
         except docker.errors.APIError:
             pass  # it ended meanwhile
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 10
         while self.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
+        if self.poll() is None:
+            try:
+                self.container.kill()
+            except docker.errors.APIError:
+                pass
 
-    def exit_cause(self, code: int) -> tuple[str, str]:
-        # The engine flags an out-of-memory kill of the container's first process; the worker is its
-        # child, and nothing in the container but the kernel's OOM killer sends SIGKILL (the harness
-        # kills for a timeout, which is recorded before this is asked).
-        if self.state.get("OOMKilled") or code == 128 + signal.SIGKILL:
-            return "out_of_memory", f"out of memory: killed at the container's limit of {self.memory_gib:g} GiB"
-        # A process killed by signal N leaves exit code 128 + N (the container's init passes it on).
-        return _describe_exit(-(code - 128) if 128 < code < 160 else code, self.logs())
+    def out_of_memory(self) -> bool:
+        return bool(self.state.get("OOMKilled"))
 
     def logs(self) -> str:
         if self.log_text is None or self.state.get("Status") != "exited":
@@ -209,12 +199,19 @@ def _shared_dir(path: Path) -> Path:
 
 
 class ContainerExecutor:
-    """executor=docker: the Evaluator (request, timeout_s) -> EvalResult of the team's toolbox."""
+    """executor=docker: starts each evaluation's judge in a fresh container of the target's image."""
 
     def __init__(self, hw: HardwareSpec, *, image: str | None = None, docker_host: str | None = None,
-                 memory_gib: float = 16, pids_limit: int = 4096, cache_dir: str | None = None):
-        self.workers = ContainerWorkers(hw, image or hw.container.image, docker_host, memory_gib, pids_limit,
-                                        Path(cache_dir) if cache_dir else None)
+                 memory_gib: float = 16, pids_limit: int = 4096, cache_dir: str | None = None, client=None):
+        self.hw = hw
+        self.image = image or hw.container.image
+        self.memory_gib, self.pids_limit = memory_gib, pids_limit
+        self.client = client or connect(docker_host)
+        check_image(self.client, self.image, hw, engine_address(docker_host))
+        self.podman = _is_podman(self.client)
+        root = os.environ.get("EVOTEAM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "evoteam")
+        self.cache_dir = Path(cache_dir or Path(root) / "container")
+        _shared_dir(self.cache_dir)
 
     @classmethod
     def from_config(cls, executor_cfg: Any, hw: HardwareSpec) -> ContainerExecutor:
@@ -222,5 +219,8 @@ class ContainerExecutor:
                    memory_gib=executor_cfg.memory_gib, pids_limit=executor_cfg.pids_limit,
                    cache_dir=executor_cfg.cache_dir)
 
-    def __call__(self, request: EvalRequest, timeout_s: float) -> EvalResult:
-        return evaluate_isolated(request, timeout_s=timeout_s, workers=self.workers)
+    def start(self, request: EvalRequest, workdir: Path) -> ContainerJudge:
+        return ContainerJudge(self, request, workdir)
+
+    def __call__(self, request: EvalRequest, timeout_s: float | None = None) -> EvalResult:
+        return evaluate(request, executor=self, timeout_s=timeout_s)

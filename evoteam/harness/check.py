@@ -1,32 +1,23 @@
-"""Correctness check of a candidate kernel against a task's reference, shared by all tasks.
+"""The correctness rules, shared by every task: one candidate output against the reference.
 
-`check_kernel(task, workload, kernel)` runs the kernel on several trials of fresh random inputs
-and compares every element of every output with the task's reference. It is written for
-untrusted kernels that will take any shortcut the checker leaves open:
+The judge (`evoteam.harness.judge`) applies them to what a sandboxed runner wrote into buffers the
+judge owns; `check_kernel` applies them to a trusted kernel called in this process (the kernel
+families' own tests). The rules, for untrusted kernels that take any shortcut left open:
 
-* Fresh inputs per trial, from a generator seeded differently per trial (`trial_seed`), so a
-  kernel that caches or replays earlier outputs fails. The base seed is recorded for reproduction.
-* Output buffers are allocated here (shapes from `task.output_shapes`, dtypes from the definition)
-  and poisoned before every call with a quiet NaN of a distinctive bit pattern (`POISON_BITS`),
-  written through an integer view. An element still holding that exact pattern after the call was
-  never written; a NaN the kernel computed has another pattern and is reported as a NaN instead.
-* The reference runs after the kernel, on a bit-exact snapshot of the inputs taken before the call,
-  so the reference's outputs do not exist in the process while the kernel runs (a kernel cannot
-  find and copy them) and a kernel that scribbles on its inputs cannot change what it is held to.
-* Inputs are compared bit for bit (through integer views, so NaN payloads and -0.0 count) with the
-  snapshot, and their tensor metadata (storage pointer, shape, strides, dtype) must be unchanged.
-  The output tensors' metadata must be unchanged too (`out.set_(other)` would make this checker
-  look at another buffer than the one the caller passed).
+* Fresh inputs per trial and per timed call, from a generator seeded by a secret.
+* Output buffers are poisoned before every call with a quiet NaN of a distinctive bit pattern
+  (`POISON_BITS`), written through an integer view. An element still holding that exact pattern after
+  the call was never written; a NaN the kernel computed has another pattern and is reported as a NaN.
+* The reference runs on a copy of the inputs that only the judge holds, after the call.
+* Inputs are compared bit for bit (through integer views, so NaN payloads and -0.0 count) with that
+  copy after every call.
 * Return values are ignored: the convention is destination-passing (`entry(**inputs, **outputs)`
-  writes into the outputs), and some kernels return their output tensors as a courtesy. Only what
-  is in the buffers counts.
-* On CUDA/ROCm devices the device is synchronized inside the kernel's `try`, so asynchronous
-  errors are reported as the kernel's exception.
+  writes into the outputs). Only what is in the buffers counts.
 
-Checks, in order, the first failure ends the check (`CheckFailure.check`):
+Checks, in order, the first failure ends the check (`CheckFailure.check`, a `Status` value):
   exception        the kernel raised (type, message and a short traceback tail)
-  output_replaced  an output tensor object was re-pointed/resized/re-typed by the kernel
-  input_modified   an input tensor differs, bit for bit, from its snapshot
+  output_replaced  (in-process only) an output tensor object was re-pointed/resized/re-typed
+  input_modified   an input differs, bit for bit, from the judge's copy
   unwritten        an output element still holds the poison pattern
   nan_inf          a NaN where the reference is not NaN, or an Inf where the reference is not
                    that same Inf (a reference -inf, e.g. the lse of an empty row, must be matched)
@@ -38,12 +29,6 @@ Checks, in order, the first failure ends the check (`CheckFailure.check`):
 Tolerances come from `task.tolerance(output)`; integer and bool outputs without an override must
 match exactly. The comparison is done in float64, in chunks, on the outputs' device (CPU for
 devices without float64), so outputs of hundreds of MB are cheap to check.
-
-This module does one job: it times nothing and does not isolate the kernel in another process.
-A kernel running in this process can in principle patch torch or call the reference itself; the
-harness that runs untrusted code adds process isolation and timing. Note for that harness: the
-poisoned buffers make a checked call recognizable (NaN-filled outputs), so outputs of timed calls
-should be verified as well, or timed calls should get identically poisoned buffers.
 """
 
 from __future__ import annotations
@@ -440,14 +425,32 @@ def poison_outputs(outputs: dict[str, torch.Tensor]) -> None:
         _bits_view(out).fill_(_poison_value(out.dtype))
 
 
-def verify_outputs(task: Task, workload: Workload, inputs: dict[str, Any],
-                   outputs: dict[str, torch.Tensor]) -> CheckFailure | None:
-    """Compare outputs a kernel already wrote for `inputs` (e.g. by a timed call) with the reference."""
-    reference = task.reference(inputs)
+def compare_with_reference(task: Task, outputs: dict[str, torch.Tensor], reference: dict[str, Any],
+                           trial: int) -> tuple[CheckFailure | None, dict[str, OutputError]]:
+    """Every output against the reference: the failure that comes first in check order, and the errors."""
+    errors: dict[str, OutputError] = {}
+    first: CheckFailure | None = None
     for name, out in outputs.items():
-        failure, _ = _compare_output(name, out, torch.as_tensor(reference[name]), _tolerance(task, name), 0)
-        if failure is not None:
-            return failure
+        ref = reference[name]
+        if not isinstance(ref, torch.Tensor):
+            ref = torch.as_tensor(ref)
+        if tuple(ref.shape) != tuple(out.shape):
+            raise RuntimeError(f"task {task.name}: reference output {name} has shape {tuple(ref.shape)}, "
+                               f"the definition gives {tuple(out.shape)}")
+        failure, err = _compare_output(name, out, ref, _tolerance(task, name), trial)
+        errors[name] = err
+        if failure is not None and (first is None or _CHECK_ORDER[failure.check] < _CHECK_ORDER[first.check]):
+            first = failure  # an earlier check in order on a later output wins
+    return first, errors
+
+
+def compare_inputs(now: dict[str, Any], given: dict[str, Any], trial: int) -> CheckFailure | None:
+    """The first input that differs, bit for bit, from the copy the judge kept."""
+    for name, value in now.items():
+        if isinstance(value, torch.Tensor):
+            failure = _check_inputs({name: value}, {name: given[name]}, {name: _meta(value)}, trial)
+            if failure is not None:
+                return failure
     return None
 
 
@@ -499,24 +502,12 @@ def check_kernel(task: Task, workload: Workload, kernel: Callable[..., Any], *, 
         del inputs
 
         # The reference runs on the snapshot only now, so its outputs never coexist with the kernel.
-        reference = task.reference(snapshot)
-        trial_failure: CheckFailure | None = None
-        for name, out in outputs.items():
-            ref = reference[name]
-            if not isinstance(ref, torch.Tensor):
-                ref = torch.as_tensor(ref)
-            if tuple(ref.shape) != tuple(out.shape):
-                raise RuntimeError(f"task {task.name}: reference output {name} has shape {tuple(ref.shape)}, "
-                                   f"the definition gives {tuple(out.shape)}")
-            failure, err = _compare_output(name, out, ref, _tolerance(task, name), trial)
+        trial_failure, trial_errors = compare_with_reference(task, outputs, task.reference(snapshot), trial)
+        for name, err in trial_errors.items():
             errors.setdefault(name, OutputError()).update(err)
-            if failure is not None and trial_failure is None:
-                trial_failure = failure
-            elif failure is not None and _CHECK_ORDER[failure.check] < _CHECK_ORDER[trial_failure.check]:
-                trial_failure = failure  # an earlier check in order on a later output wins
         if trial_failure is not None:
             return fail(trial_failure, trial)
-        del reference, snapshot, outputs
+        del snapshot, outputs
 
     return CheckResult(passed=True, trials=trials, base_seed=base_seed, failure=None, errors=errors)
 

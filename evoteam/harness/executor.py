@@ -1,0 +1,185 @@
+"""Where an evaluation's judge runs: the one interface every executor has.
+
+`evaluate(request)` starts the judge (`python -m evoteam.harness.judge`) as its own process, follows
+the progress file it appends to (a `start` line before each workload, a `result` line after it, an
+`end` line with the evaluation's summary) and returns the `EvalResult`. The judge starts the
+candidate's runner in its sandbox and replaces it after a fault, so a crash, a hang or an
+out-of-memory fails one workload and the evaluation goes on. Executors differ only in how the judge
+process is started: `LocalExecutor` here, `evoteam.harness.container.ContainerExecutor` in the hardware
+target's container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Protocol
+
+from evoteam.errors import UserError
+from evoteam.harness.model import EvalRequest, EvalResult, Status, WorkloadResult
+from evoteam.schema import read_journal
+
+POLL_S = 0.05
+LOG_TAIL_CHARS = 4000
+
+
+class JudgeProcess(Protocol):
+    """A started judge: the progress file it writes, poll() -> exit code or None, kill(), logs()."""
+
+    progress_path: Path
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def logs(self) -> str: ...
+
+
+class Executor(Protocol):
+    def start(self, request: EvalRequest, workdir: Path) -> JudgeProcess: ...
+
+
+class _LocalJudge:
+    def __init__(self, request: EvalRequest, workdir: Path, python: str, extra_env: dict):
+        req_path = workdir / "request.json"
+        req_path.write_text(json.dumps(asdict(request)))
+        self.progress_path = workdir / "progress.jsonl"
+        self.log_path = workdir / "judge.log"
+        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen([python, "-m", "evoteam.harness.judge", str(req_path), str(self.progress_path)],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the judge kills its runners on the way out
+            self.proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        except OSError:
+            return ""
+
+
+class LocalExecutor:
+    """executor=local: the judge as a process on this machine."""
+
+    def __init__(self, python: str = sys.executable, extra_env: dict | None = None):
+        self.python = python
+        self.extra_env = extra_env or {}
+
+    def start(self, request: EvalRequest, workdir: Path) -> JudgeProcess:
+        return _LocalJudge(request, workdir, self.python, self.extra_env)
+
+    def __call__(self, request: EvalRequest, timeout_s: float | None = None) -> EvalResult:
+        return evaluate(request, executor=self, timeout_s=timeout_s)
+
+
+def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_s: float | None = None,
+             total_timeout_s: float | None = None,
+             on_result: Callable[[WorkloadResult], None] | None = None) -> EvalResult:
+    """Run the request's evaluation; never raises for anything the candidate does. `timeout_s` limits
+    each workload (compilation included), `total_timeout_s` the whole evaluation. Should the judge
+    itself die (its container killed for memory, say), the workload it was on fails and a new judge
+    takes the rest."""
+    from evoteam.task import load_task
+
+    if timeout_s is not None:
+        request = replace(request, workload_timeout_s=float(timeout_s))
+    task = load_task(request.task)
+    uuids = request.workloads or [w.uuid for w in task.scaled_workloads(request.scale)]
+    executor = executor or LocalExecutor()
+    results: dict[str, WorkloadResult] = {}
+    summary: dict = {}
+    restarts, logs = 0, []
+    deadline = time.monotonic() + total_timeout_s if total_timeout_s else None
+
+    def record(result: WorkloadResult) -> None:
+        results[result.uuid] = result
+        if on_result:
+            on_result(result)
+
+    with tempfile.TemporaryDirectory(prefix="evoteam-eval-") as tmp:
+        remaining = list(uuids)
+        while remaining:
+            workdir = Path(tmp) / f"judge{restarts}"
+            workdir.mkdir()
+            judge = executor.start(replace(request, workloads=remaining), workdir)
+            try:
+                current, killed, summary = _follow(judge, record, deadline, request.workload_timeout_s + 120)
+                logs.append(judge.logs())
+                out_of_memory = bool(getattr(judge, "out_of_memory", lambda: False)())
+            finally:
+                getattr(judge, "close", lambda: None)()
+            if summary.get("event") == "error":
+                raise UserError(summary["message"])
+            remaining = [u for u in remaining if u not in results]
+            if not remaining:
+                break
+            if killed:
+                for uuid in remaining:
+                    record(WorkloadResult(uuid=uuid, status=Status.TIMEOUT, detail=killed))
+                break
+            victim = current if current in remaining else remaining[0]
+            status = Status.OUT_OF_MEMORY if out_of_memory else Status.CRASH
+            record(WorkloadResult(uuid=victim, status=status,
+                                  detail=f"the evaluation's judge process died on this workload ({_last_line(logs[-1])})"))
+            remaining.remove(victim)
+            restarts += 1
+    log_tail = "\n".join(x for x in [summary.get("log_tail") or ""] +
+                         [f"=== judge {i} ===\n{text}" for i, text in enumerate(logs) if text.strip()] if x)
+    return EvalResult(results=[results[u] for u in uuids], restarts=summary.get("restarts", 0) + restarts,
+                      log_tail=log_tail[-4 * LOG_TAIL_CHARS:], sandbox=summary.get("sandbox", {}),
+                      seed=summary.get("seed"), seed_secret=summary.get("seed_secret", True))
+
+
+def _follow(judge: JudgeProcess, record, deadline: float | None, stall_limit: float) -> tuple[str | None, str, dict]:
+    """Follow a judge's progress file until it exits (or is killed): (the workload it was on when it
+    stopped, why it was killed, its closing summary)."""
+    seen, current, summary, killed = 0, None, {}, ""
+    last_event = time.monotonic()
+    while True:
+        code = judge.poll()
+        events = read_journal(judge.progress_path)
+        for event in events[seen:]:
+            last_event = time.monotonic()
+            if event["event"] == "start":
+                current = event["uuid"]
+            elif event["event"] == "result":
+                record(WorkloadResult.from_json(event))
+                current = None
+            elif event["event"] in ("end", "error"):
+                summary = event
+        seen = len(events)
+        if code is not None:
+            return current, killed, summary
+        now = time.monotonic()
+        if (deadline and now > deadline) or now - last_event > stall_limit:
+            killed = "the evaluation ran past its time limit" if deadline and now > deadline else \
+                f"the judge gave no sign of progress for {stall_limit:.0f} s"
+            judge.kill()
+            return current, killed, summary
+        time.sleep(POLL_S)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"

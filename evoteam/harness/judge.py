@@ -1,0 +1,644 @@
+"""The judge: the trusted process of one evaluation. It owns everything a verdict or a time depends on
+(the task, the reference, the inputs and the copies it checks against, the clock, the baseline's
+runner) and gives the candidate's runner, in its sandbox, nothing but buffers to read and write.
+
+Per workload:
+1. Checks. `trials` calls, each on fresh inputs drawn from the judge's secret, every output element
+   compared with the reference and every input bit with the judge's copy.
+2. Timing. Rounds of four batches, in turns: the protocol alone (`null`, by the trusted runner),
+   the baseline, the candidate, the candidate again (its noise). A batch is G calls on G input sets,
+   fresh for every batch, G chosen so that a batch holds about `TARGET_BATCH_MS` of work. For each
+   batch the judge flushes the L2 cache, has the runner enqueue the batch behind the release word,
+   waits until the runner's context is the GPU's resident one, then starts its clock (an event on its
+   own stream), copies the late inputs in and sets the release word with the copy engine, waits for
+   the done word, and stops the clock after a copy-engine sample of the outputs. Time per call =
+   (batch - null of the same round) / G, median over the rounds. Work the candidate leaves running
+   past its done word is either done before that sample (so inside the time) or seen as outputs
+   that changed after it (a failure). Nothing of the judge's uses the GPU's multiprocessors inside
+   the interval: a context switch costs ~150 us on an H200 and would swamp small kernels.
+   On a CPU the release is the message itself and the clock is the judge's host clock.
+3. After every candidate batch: outputs written after the end mark, unwritten outputs, inputs
+   changed, and the full check of calls picked at random by the judge (all of them where the
+   reference is cheap) fail the workload.
+4. Flags (correct, but the time is not counted): faster than the physical floor, the runner's own
+   device time disagreeing with the judge's, baseline kernels seen in the candidate's profile.
+A fault (crash, illegal memory access, out of memory, hang) fails the workload it happened in; the
+next workload gets a fresh runner and a clean GPU context.
+
+    python -m evoteam.harness.judge REQUEST.json PROGRESS.jsonl    (started by evoteam.harness.executor)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from evoteam.errors import UserError
+from evoteam.hardware import HardwareSpec
+from evoteam.harness import scan
+from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
+from evoteam.harness.calls import CallSets
+from evoteam.harness.check import CheckResult, OutputError
+from evoteam.harness.model import EvalRequest, EvalResult, Status, TimingMode, WorkloadResult
+from evoteam.harness.runners import RunnerFault, RunnerHandle
+from evoteam.harness.sandbox import SandboxSpec
+from evoteam.harness.shared import FlagPage
+from evoteam.schema import append_journal
+from evoteam.task import load_task
+
+TARGET_BATCH_MS = 0.25  # work per batch: the protocol's ~10-30 us are then a few percent, then subtracted
+MAX_SETS = 16
+VERIFY_BUDGET_S = 0.15  # per workload: the full check of timed calls picked at random (all where cheap)
+MIN_VERIFIED = 8
+SECOND_FIGURE_ROUNDS = 8
+DISAGREE_REL, DISAGREE_ABS_MS = 0.25, 0.002  # judge vs runner device time, per call
+LOAD_TIMEOUT_S = 600.0
+BATCH_TIMEOUT_S = 60.0  # importing the candidate (its module-level code) and starting the runner
+
+
+class CandidateUnusable(Exception):
+    """The candidate fails before any workload (rejected or does not load): every workload gets it."""
+
+    def __init__(self, status: Status, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def derive(secret: int, *parts: object) -> int:
+    """A 63-bit seed from the evaluation's secret and a purpose (unpredictable without the secret)."""
+    text = ":".join([str(secret), *map(str, parts)]).encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+
+
+def _quantile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+
+class Judge:
+    def __init__(self, request: EvalRequest, hw: HardwareSpec, on_start=lambda uuid: None,
+                 on_result=lambda result: None):
+        self.request, self.hw = request, hw
+        self.on_start, self.on_result = on_start, on_result
+        self.task = load_task(request.task)
+        self.device = "cuda:0" if hw.is_gpu else "cpu"
+        self.secret = request.seed if request.seed is not None else secrets.randbits(63)
+        self.workdir = Path(tempfile.mkdtemp(prefix="evoteam-judge-"))
+        os.chmod(self.workdir, 0o700)
+        self.cache_root = Path(os.environ.get("EVOTEAM_CACHE_DIR")
+                               or os.path.join(os.path.expanduser("~"), ".cache", "evoteam"))
+        self.candidate: RunnerHandle | None = None
+        self.baseline: RunnerHandle | None = None
+        self.baseline_info: dict = {}
+        self.baseline_note = ""
+        self.restarts = 0
+        self.batch_no = 0
+        self.sandbox_record: dict = {}
+        self.logs: list[str] = []
+        self.kernel_names: list[str] | None = None
+        self.own_kernels: list[str] = []
+        self.cache = BaselineCache()
+        self.flusher = None
+        if hw.is_gpu:
+            torch.cuda.init()
+            torch.empty(1, device=self.device)
+            from evoteam.harness import cudadrv
+
+            cudadrv.ensure_context(0)
+            l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20))
+            self.flusher = torch.empty(2 * l2, dtype=torch.uint8, device=self.device)
+
+    # ------------------------------------------------------------------ the evaluation
+    def run(self) -> EvalResult:
+        request, task = self.request, self.task
+        workloads = {w.uuid: w for w in task.scaled_workloads(request.scale)}
+        uuids = request.workloads or list(workloads)
+        unknown = [u for u in uuids if u not in workloads]
+        if unknown:
+            raise ValueError(f"workloads not in task {task.name} at scale {request.scale}: {unknown}")
+        results: list[WorkloadResult] = []
+        unusable: CandidateUnusable | None = None
+        source = Path(request.solution).read_text()
+        self.own_kernels = scan.jit_function_names(source) if _parses(source) else []
+        if request.static_scan:
+            violations = scan.scan_source(source, Path(request.solution).name)
+            if violations:
+                unusable = CandidateUnusable(Status.REJECTED, "; ".join(str(v) for v in violations[:5]))
+        try:
+            for n, uuid in enumerate(uuids):
+                self.on_start(uuid)
+                if unusable is None:
+                    try:
+                        result = self._workload(workloads[uuid], n)
+                        self._after_workload(result)
+                    except CandidateUnusable as exc:
+                        unusable = exc
+                    except UserError:
+                        raise  # the machine or the request, not this workload: one line for the user
+                    except Exception as exc:  # noqa: BLE001 - a fault of the harness, not of the candidate
+                        import traceback
+
+                        self.logs.append(traceback.format_exc())
+                        self._fault(self.candidate)
+                        self._fault(self.baseline)
+                        result = WorkloadResult(uuid=uuid, status=Status.HARNESS_ERROR,
+                                                detail=f"the judge failed on this workload: {type(exc).__name__}: "
+                                                       f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                if unusable is not None:
+                    result = WorkloadResult(uuid=uuid, status=unusable.status, detail=unusable.detail)
+                results.append(result)
+                self.on_result(result)
+        finally:
+            self._close_runners()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return EvalResult(results=results, restarts=self.restarts, log_tail="\n".join(self.logs)[-16000:],
+                          sandbox=self.sandbox_record, seed=self.secret, seed_secret=request.seed is None)
+
+    def _close_runners(self) -> None:
+        for handle in (self.candidate, self.baseline):
+            if handle is not None:
+                self.logs.append(f"=== {handle.kind} runner ===\n{handle.logs()}")
+                handle.close()
+        self.candidate = self.baseline = None
+
+    # ------------------------------------------------------------------ runners
+    def _spec(self, trusted: bool, workdir: Path, cache: Path | None, candidate: Path | None) -> SandboxSpec:
+        env = dict(self.hw.env)
+        if self.hw.is_gpu:
+            env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        return SandboxSpec(scratch=workdir, cache=cache, candidate=candidate, device=self.device,
+                           memory_bytes=int(self.request.memory_limit_gib * (1 << 30)),
+                           max_pids=self.request.process_limit, env=env, trusted=trusted, mode=self.request.sandbox)
+
+    def _start(self, kind: str) -> RunnerHandle:
+        workdir = self.workdir / f"{kind}-{self.restarts}-{time.monotonic_ns()}"
+        workdir.mkdir()
+        if kind == "candidate":
+            source = Path(self.request.solution).resolve()
+            digest = hashlib.sha256(source.read_bytes()).hexdigest()[:24]
+            cache = self.cache_root / "candidates" / digest  # compiled kernels of this exact source only
+            spec = self._spec(False, workdir, cache, source)
+        else:
+            cache = self.cache_root / "baseline"
+            spec = self._spec(True, workdir, cache, None)
+        assert spec.cache is not None
+        spec.cache.mkdir(parents=True, exist_ok=True)
+        os.chmod(workdir, 0o777)  # the sandbox's user (65534) writes here; the parent folder is private
+        handle = RunnerHandle(kind, spec, workdir)
+        hello = handle.ask({"op": "hello"}, LOAD_TIMEOUT_S, fds=[handle.flags.fd])
+        if not hello.get("ok"):
+            handle.kill()
+            raise RunnerFault(Status.CRASH, f"the {kind} runner did not start: {hello.get('detail', '')}")
+        return handle
+
+    def _candidate_runner(self) -> RunnerHandle:
+        if self.candidate is None:
+            handle = self._start("candidate")
+            self.sandbox_record = handle.record
+            path = f"/candidate/{Path(self.request.solution).name}" if handle.record.get("tool") else \
+                str(Path(self.request.solution).resolve())
+            reply = handle.ask({"op": "load", "kind": "candidate", "path": path, "entry": self.request.entry},
+                               LOAD_TIMEOUT_S)
+            if not reply.get("ok"):
+                handle.close()
+                raise CandidateUnusable(Status(reply.get("status", "compile_error")), reply.get("detail", ""))
+            self.candidate = handle
+        return self.candidate
+
+    def _baseline_runner(self) -> RunnerHandle | None:
+        """The trusted runner: the baseline library, and the protocol alone (null batches)."""
+        if self.baseline is None:
+            handle = self._start("baseline")
+            reply = handle.ask({"op": "load", "kind": "baseline", "name": self.request.baseline,
+                                "options": self.request.baseline_options, "task": self.task.name,
+                                "hardware": self.hw.name}, LOAD_TIMEOUT_S)
+            if not reply.get("ok"):
+                self.baseline_note = reply.get("detail", "").splitlines()[0] if reply.get("detail") else "unavailable"
+                handle.close()
+                return None
+            self.baseline_info = reply
+            self.baseline = handle
+        return self.baseline
+
+    def _after_workload(self, result: WorkloadResult) -> None:
+        """A workload that failed may have left its runner in any state (children, threads, memory, a
+        damaged GPU context); one that holds much memory would take it from the next workload. Either
+        way the next workload gets a fresh runner."""
+        handle = self.candidate
+        if handle is None:
+            return
+        if result.status not in (Status.PASSED, Status.FLAGGED):
+            self._fault(handle)
+            return
+        held = handle.process.memory_bytes()
+        limit = int(self.request.memory_limit_gib * (1 << 30))
+        if held > limit // 2:
+            self.logs.append(f"runner replaced after {result.uuid}: it holds {held >> 20} MiB of host memory")
+            self._fault(handle)
+        elif self.hw.is_gpu:
+            free, total = torch.cuda.mem_get_info()
+            if free < total // 4:
+                self.logs.append(f"runner replaced after {result.uuid}: the GPU has {free >> 20} MiB free")
+                self._fault(handle)
+
+    def _fault(self, handle: RunnerHandle | None) -> None:
+        if handle is None:
+            return
+        self.logs.append(f"=== {handle.kind} runner (replaced) ===\n{handle.logs()}")
+        handle.close()
+        self.restarts += 1
+        if handle is self.candidate:
+            self.candidate = None
+        if handle is self.baseline:
+            self.baseline = None
+
+    # ------------------------------------------------------------------ one workload
+    def _workload(self, workload, index: int) -> WorkloadResult:
+        uuid = workload.uuid
+        deadline = time.monotonic() + self.request.workload_timeout_s
+        sides: dict[str, CallSets] = {}
+        try:
+            cand = self._candidate_runner()
+            max_sets = 1 if not self.hw.is_gpu else min(MAX_SETS, self.task.max_sets(workload))
+            sides["candidate"] = self._call_sets(workload, max_sets)
+            self._bind(cand, sides["candidate"], deadline)
+            check = self._checks(cand, sides["candidate"], workload, index, deadline)
+            result = WorkloadResult(uuid=uuid, status=Status.PASSED if check.passed else Status(check.failure.check),
+                                    detail=check.summary(), correctness=check.to_correctness().to_json(),
+                                    calls_checked=check.trials)
+            if not check.passed or self.request.check_only:
+                return result
+            return self._timing(result, sides, workload, index, deadline, cand)
+        except RunnerFault as fault:
+            self._fault(self.candidate)
+            return WorkloadResult(uuid=uuid, status=fault.status, detail=fault.detail)
+        except torch.OutOfMemoryError as exc:
+            self._fault(self.candidate)  # a runner holding the GPU's memory goes; the next workload starts clean
+            return WorkloadResult(uuid=uuid, status=Status.OUT_OF_MEMORY,
+                                  detail=f"the GPU ran out of memory during this workload: {str(exc).splitlines()[0]}")
+        finally:
+            for handle in (self.candidate, self.baseline):
+                if handle is not None and not handle.dead:
+                    try:
+                        handle.ask({"op": "unbind"}, 60)
+                    except RunnerFault:
+                        self._fault(handle)
+            for calls in sides.values():
+                calls.close()
+            if self.hw.is_gpu:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+
+    def _call_sets(self, workload, n_sets: int) -> CallSets:
+        try:
+            return CallSets(self.task, workload, self.device, n_sets)
+        except torch.OutOfMemoryError:
+            self._fault(self.candidate)  # it may be what holds the memory
+            if self.hw.is_gpu:
+                torch.cuda.empty_cache()
+            return CallSets(self.task, workload, self.device, n_sets)
+
+    def _bind(self, handle: RunnerHandle, calls: CallSets, deadline: float) -> None:
+        message, fds = calls.bind_message()
+        reply = handle.ask(message, max(1.0, deadline - time.monotonic()), fds=fds)
+        if not reply.get("ok"):
+            status = Status(reply.get("status", "exception"))
+            raise RunnerFault(status, f"binding the workload's buffers failed: {reply.get('detail', '')}")
+
+    def _next_batch(self) -> int:
+        self.batch_no += 1
+        return self.batch_no
+
+    # ------------------------------------------------------------------ one call or batch through the protocol
+    def _call(self, handle: RunnerHandle, calls: CallSets, sets: list[int], deadline: float,
+              arm: dict | None = None) -> tuple[float, dict, object]:
+        """One interval: `sets` called (host-launched after the release, or enqueued before it when
+        `arm` is given); returns (interval ms, the runner's answer, the end-mark sample)."""
+        batch = self._next_batch()
+        if arm is not None:  # device work enqueued: a fault or a hang there shows only as a missing done word
+            deadline = min(deadline, time.monotonic() + BATCH_TIMEOUT_S)
+        if not self.hw.is_gpu:
+            t0 = time.perf_counter()
+            calls.release_late()
+            handle.send({"op": "call", "batch": batch, "sets": sets})
+            reply = handle.receive(deadline - time.monotonic())
+            sample = calls.take_sample(max(sets) + 1 if sets else 1)
+            return (time.perf_counter() - t0) * 1e3, reply, sample
+        stream = torch.cuda.current_stream()
+        self.flusher.zero_()  # the L2 cache holds nothing of the inputs when the clock starts
+        torch.cuda.synchronize()
+        if arm is None:
+            handle.send({"op": "call", "batch": batch, "sets": sets})
+        else:
+            reply = handle.ask({**arm, "batch": batch, "sets": sets}, deadline - time.monotonic())
+            if not reply.get("ok"):
+                return math.nan, reply, None
+        early = handle.wait_flag(FlagPage.READY, batch, deadline)  # the runner's context is resident
+        if early is not None:
+            return math.nan, early, None
+        from evoteam.harness import cudadrv
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        calls.release_late()
+        cudadrv.stream_write_value(stream.cuda_stream, handle.flags.device_address + FlagPage.RELEASE, batch)
+        early = handle.wait_flag(FlagPage.DONE, batch, deadline)
+        sample = calls.take_sample(max(sets) + 1 if sets else 1, stream=stream.cuda_stream)
+        end.record()
+        end.synchronize()
+        reply = early if early is not None else (handle.receive(deadline - time.monotonic()) if arm is None
+                                                  else {"ok": True})
+        return start.elapsed_time(end), reply, sample
+
+    # ------------------------------------------------------------------ checks
+    def _checks(self, handle: RunnerHandle, calls: CallSets, workload, index: int, deadline: float) -> CheckResult:
+        errors: dict[str, OutputError] = {}
+        base_seed = derive(self.secret, workload.uuid, "check")
+        self.reference_s = 0.0
+        self.check_ms = math.nan
+        for trial in range(self.request.trials):
+            calls.refresh([0], derive(base_seed, trial))
+            interval, reply, sample = self._call(handle, calls, [0], deadline)
+            if not reply.get("ok"):
+                from evoteam.harness.check import CheckFailure
+
+                failure = CheckFailure(reply.get("status", "exception"), "", trial, None, 0, reply.get("detail", ""))
+                return CheckResult(False, trial + 1, base_seed, failure, errors)
+            self.check_ms = interval
+            failure = self._after_call(calls, [0], sample, trial, verify=[0], errors=errors)
+            if failure is not None:
+                return CheckResult(False, trial + 1, base_seed, failure, errors)
+        return CheckResult(True, self.request.trials, base_seed, None, errors)
+
+    def _after_call(self, calls: CallSets, sets: list[int], sample, trial: int, verify: list[int],
+                    errors: dict[str, OutputError] | None = None):
+        """The checks after a call or batch, in order; the first failure (a CheckFailure) or None."""
+        from evoteam.harness.check import CheckFailure
+
+        if self.hw.is_gpu:
+            torch.cuda.synchronize()
+        if sample is not None and calls.changed_since(sample):
+            return CheckFailure(Status.SKIPPED_WORK.value, "", trial, None, 0,
+                                "outputs were written after the runner signalled the end of its calls (work left "
+                                "running past the end of the timed region)")
+        failure = calls.inputs_unchanged(sets, trial)
+        if failure is not None:
+            return failure
+        for j in verify:
+            t = time.perf_counter()
+            failure, errs = calls.verify(j, trial)
+            self.reference_s = max(self.reference_s, time.perf_counter() - t)
+            if errors is not None:
+                for name, err in errs.items():
+                    errors.setdefault(name, OutputError()).update(err)
+            if failure is not None:
+                return failure
+        unwritten = calls.unwritten(sets)
+        if unwritten is not None:
+            return CheckFailure(Status.UNWRITTEN.value, "", trial, None, 0, unwritten)
+        return None
+
+    # ------------------------------------------------------------------ timing
+    def _timing(self, result: WorkloadResult, sides: dict[str, CallSets], workload, index: int, deadline: float,
+                cand: RunnerHandle) -> WorkloadResult:
+        request = self.request
+        base = None
+        if request.baseline != "none":
+            try:
+                base = self._baseline_runner()
+            except RunnerFault as fault:
+                self._fault(self.baseline)
+                result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
+                return result
+        if base is None:
+            result.baseline = f"unavailable: {self.baseline_note}" if self.baseline_note else "none"
+            return result
+        calls_c = sides["candidate"]
+        try:
+            sides["baseline"] = calls_b = self._call_sets(workload, calls_c.n_sets)
+            self._bind(base, calls_b, deadline)
+        except RunnerFault as fault:
+            self._fault(self.baseline)
+            result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
+            return result
+        label = self.baseline_info.get("label", request.baseline)
+        result.baseline = label
+        mode = TimingMode.wallclock if not self.hw.is_gpu else TimingMode(request.timing_mode)
+        if self.baseline_info.get("timing_mode_override") and self.hw.is_gpu:
+            mode = TimingMode.wallclock  # the baseline does host work per call: both sides launched by their hosts
+        per_call_ms = (self.check_ms if math.isfinite(self.check_ms) else 1.0)
+        n = 1 if mode is not TimingMode.graph else max(1, min(calls_c.n_sets, math.ceil(TARGET_BATCH_MS / max(
+            per_call_ms, 1e-3))))
+        label_mode = mode.value
+        if mode is TimingMode.graph:
+            failed = []
+            for name, handle in (("candidate", cand), ("baseline", base)):
+                reply = handle.ask({"op": "capture", "sets": list(range(n))}, deadline - time.monotonic())
+                if not reply.get("ok"):
+                    failed.append(f"{name}: {reply.get('detail', '')[:160]}")
+            if failed:
+                mode, n = TimingMode.events, 1
+                label_mode = f"events (graph capture failed: {'; '.join(failed)})"
+        figures = self._rounds(result, sides, workload, deadline, cand, base, mode, n, request.warmup, request.reps,
+                               repeat=True, verify_budget=True)
+        if figures is None:
+            return result
+        result.timing_mode = label_mode
+        result.baseline_ms, result.candidate_ms, result.candidate_repeat_ms = (
+            figures["baseline"][0], figures["candidate"][0], figures["candidate_repeat"][0])
+        result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
+        result.spread["calls_per_batch"] = n
+        if mode is TimingMode.graph:
+            reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
+            own = [ms / n for batch, ms in reported if batch in self._timed_batches]
+            if own:
+                result.runner_ms = _median(own)
+                gap = abs(result.runner_ms - result.candidate_ms)
+                if gap > DISAGREE_REL * result.candidate_ms + DISAGREE_ABS_MS:
+                    result.flags.append(f"timers_disagree: the judge measured {result.candidate_ms:.4g} ms per call, "
+                                        f"the runner's own device events {result.runner_ms:.4g} ms")
+            if request.second_figure:
+                second = self._rounds(result, sides, workload, deadline, cand, base, TimingMode.events, 1, 1,
+                                      SECOND_FIGURE_ROUNDS, repeat=False, verify_budget=False)
+                if second is None:
+                    return result
+                result.second = {"mode": "events", "baseline_ms": second["baseline"][0],
+                                 "candidate_ms": second["candidate"][0]}
+        self._flags(result, workload, calls_c, cand, deadline)
+        if result.flags:
+            result.status = Status.FLAGGED  # not counted as a win; the detail says why
+            result.detail = "; ".join(result.flags)
+        return result
+
+    def _rounds(self, result, sides, workload, deadline, cand, base, mode: TimingMode, n: int, warmup: int,
+                reps: int, repeat: bool, verify_budget: bool) -> dict | None:
+        """Timed rounds in `mode`; per side (median, p10, p90, samples) of the time per call in ms,
+        or None when a candidate batch failed (the result says how)."""
+        calls_c, calls_b = sides["candidate"], sides["baseline"]
+        sets = list(range(n))
+        cache_key = Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
+                        result.baseline, workload.uuid)
+        cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
+        order = ["null", "baseline", "candidate"] + (["candidate_repeat"] if repeat else [])
+        if cached is not None:
+            order.remove("baseline")
+        arm = None
+        if mode is TimingMode.graph:
+            arm = {"op": "arm", "graph": True}
+        total_candidate_calls = (warmup + reps) * n * (2 if repeat else 1)
+        n_verify = total_candidate_calls
+        if verify_budget and self.reference_s > 0:
+            n_verify = min(total_candidate_calls, max(MIN_VERIFIED, int(VERIFY_BUDGET_S / self.reference_s)))
+        elif not verify_budget:
+            n_verify = min(total_candidate_calls, 2)
+        picked = set(random.SystemRandom().sample(range(total_candidate_calls), n_verify))
+        samples: dict[str, list[float]] = {k: [] for k in order}
+        self._timed_batches = set()
+        candidate_call = 0
+        baseline_checked = cached is not None
+        try:
+            for rnd in range(warmup + reps):
+                intervals: dict[str, float] = {}
+                turn = order if rnd % 2 == 0 else order[::-1]
+                for k, side in enumerate(turn):
+                    seed = derive(self.secret, workload.uuid, mode.value, side, rnd)
+                    trusted = side in ("null", "baseline")
+                    if trusted and (k == 0 or turn[k - 1] not in ("null", "baseline")):
+                        cand.process.freeze(True)  # nothing of the candidate runs while the other side is timed
+                    if side == "null":
+                        calls_b.poison(sets)
+                        null_arm = {"op": "arm", "null": True} if arm else None
+                        interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets, deadline,
+                                                        arm=null_arm)
+                    elif side == "baseline":
+                        calls_b.refresh(sets, seed)
+                        interval, reply, _ = self._call(base, calls_b, sets, deadline, arm=arm)
+                        if reply.get("ok") and not baseline_checked:
+                            baseline_checked = True
+                            failure, _errors = calls_b.verify(0, rnd)
+                            if failure is not None:
+                                result.status = Status.HARNESS_ERROR
+                                result.detail = (f"the baseline's own output is wrong ({failure.check}: {failure.detail}); "
+                                                 f"its time is not a reference")
+                                return None
+                    else:
+                        calls_c.refresh(sets, seed)
+                        interval, reply, sample = self._call(cand, calls_c, sets, deadline, arm=arm)
+                        if rnd >= warmup:
+                            self._timed_batches.add(self.batch_no)
+                        if not reply.get("ok"):
+                            result.status = Status(reply.get("status", "exception"))
+                            result.detail = f"a timed call failed: {reply.get('detail', '')}"
+                            return None
+                        verify = [j for j in sets if candidate_call + j in picked]
+                        candidate_call += n
+                        failure = self._after_call(calls_c, sets, sample, rnd, verify)
+                        result.calls_timed += n
+                        result.calls_checked += len(verify)
+                        if failure is not None:
+                            status = Status(failure.check)
+                            if status in (Status.MISMATCH, Status.NAN_INF, Status.REL_NORM, Status.UNWRITTEN):
+                                status = Status.SKIPPED_WORK
+                            result.status = status
+                            result.detail = f"a timed call (round {rnd}) failed the check: {failure.check}: {failure.detail}"
+                            return None
+                    if trusted and (k == len(turn) - 1 or turn[k + 1] not in ("null", "baseline")):
+                        cand.process.freeze(False)
+                    if trusted and not reply.get("ok"):
+                        result.status = Status.HARNESS_ERROR
+                        result.detail = f"the baseline runner failed a timed call: {reply.get('detail', '')}"
+                        return None
+                    intervals[side] = interval
+                if rnd >= warmup:
+                    for side in order:
+                        if side != "null":
+                            samples[side].append(max(0.0, (intervals[side] - intervals["null"]) / n))
+        finally:
+            cand.process.freeze(False)
+        out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()
+               if side != "null"}
+        if cached is not None:
+            out["baseline"] = (cached, cached, cached, 0)
+            result.baseline = f"{result.baseline} (cached)"
+        else:
+            self.cache.put(cache_key, out["baseline"][0])
+        return out
+
+    def _flags(self, result: WorkloadResult, workload, calls: CallSets, cand: RunnerHandle, deadline: float) -> None:
+        min_bytes = self.task.min_bytes(workload, calls.pristine[0])
+        if min_bytes and result.candidate_ms:
+            from evoteam.harness.scan import physical_floor_ms
+
+            result.floor_ms = physical_floor_ms(min_bytes, self.hw.peak_memory_bandwidth_tbs)
+            result.bandwidth_tbs = min_bytes / (result.candidate_ms * 1e-3) / 1e12
+            if result.floor_ms and result.candidate_ms < result.floor_ms:
+                result.flags.append(f"faster_than_floor: {result.candidate_ms:.4g} ms < physical floor "
+                                    f"{result.floor_ms:.4g} ms")
+        if self.hw.is_gpu and self.kernel_names is None:
+            try:
+                self.kernel_names = cand.ask({"op": "kernels", "set": 0}, deadline - time.monotonic()).get("kernels", [])
+            except RunnerFault:
+                self.kernel_names = []
+                raise
+        if self.kernel_names is not None:
+            result.kernels = list(self.kernel_names)
+            foreign = scan.foreign_kernels(self.kernel_names, self.own_kernels)
+            if foreign:
+                result.flags.append(f"baseline_kernels: {', '.join(sorted(set(foreign))[:3])}")
+
+
+def _parses(source: str) -> bool:
+    import ast
+
+    try:
+        ast.parse(source)
+        return True
+    except SyntaxError:
+        return False
+
+
+# ------------------------------------------------------------------------------------------ the judge process
+
+
+def judge_main(request_path: str, progress_path: str) -> int:
+    import signal
+
+    from evoteam import hardware
+    from evoteam.errors import UserError
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the runners are ended on the way out
+    request = EvalRequest(**json.loads(Path(request_path).read_text()))
+    progress = Path(progress_path)
+    try:
+        hw = hardware.load_spec(request.hardware)
+        os.environ.update(hw.env)  # before Triton is imported (the interpreter on CPU)
+        judge = Judge(request, hw, on_start=lambda uuid: append_journal(progress, {"event": "start", "uuid": uuid}),
+                      on_result=lambda r: append_journal(progress, {"event": "result", **r.to_json()}))
+        outcome = judge.run()
+    except UserError as exc:
+        append_journal(progress, {"event": "error", "message": str(exc)})
+        return 2
+    summary = {k: v for k, v in outcome.to_json().items() if k != "results"}
+    append_journal(progress, {"event": "end", **summary})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(judge_main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,187 @@
+"""The harness's data model, in one place: what an evaluation is asked to do, and what it found.
+
+An evaluation (`EvalRequest`) runs one candidate on a task's workloads; it yields one
+`WorkloadResult` per workload and an `EvalResult` for the whole. Every result carries a `Status`
+(PASSED or the first failure), the timing mode that produced its figures, and the sandbox it ran in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Status(str, Enum):
+    """The verdict of one workload. Only PASSED counts; every other value is a failure."""
+
+    PASSED = "PASSED"
+    REJECTED = "rejected"  # the static scan refused the source before anything ran
+    COMPILE_ERROR = "compile_error"  # the candidate does not load (syntax, import, no entry point)
+    EXCEPTION = "exception"  # the candidate raised
+    OUTPUT_REPLACED = "output_replaced"  # an output tensor object was re-pointed or resized
+    INPUT_MODIFIED = "input_modified"  # an input differs, bit for bit, from what was given
+    UNWRITTEN = "unwritten"  # an output element still holds the poison pattern
+    NAN_INF = "nan_inf"  # NaN or Inf where the reference has a finite value
+    MISMATCH = "mismatch"  # outside atol + rtol * |ref|
+    REL_NORM = "rel_norm"  # relative L2 error over the bound
+    SKIPPED_WORK = "skipped_work"  # a timed call's output is wrong, or was written after the end mark
+    TIMEOUT = "timeout"  # no answer within the time limit; the sandbox was killed
+    CRASH = "crash"  # the runner died (segfault, illegal memory access, exit)
+    OUT_OF_MEMORY = "out_of_memory"  # host or device memory exhausted
+    FLAGGED = "flagged_cheat"  # correct, but a rule says the time cannot be trusted: not counted
+    HARNESS_ERROR = "harness_error"  # the harness could not evaluate this workload (not the candidate's fault)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def passed(self) -> bool:
+        return self is Status.PASSED
+
+
+# Checker verdicts in the order they are decided (the first failing one is reported).
+CHECK_ORDER = (Status.EXCEPTION, Status.OUTPUT_REPLACED, Status.INPUT_MODIFIED, Status.UNWRITTEN, Status.NAN_INF,
+               Status.MISMATCH, Status.REL_NORM)
+
+
+class TimingMode(str, Enum):
+    """How the judge times a call. Every figure names the mode that produced it.
+
+    graph      device time: the calls captured in a CUDA graph and enqueued before the clock starts,
+               behind a release word the judge sets; the clock stops when the judge has a sampled
+               copy of the last call's outputs (GPU only; the default there)
+    events     per call, launched by the runner's host only after the release: the host's launch
+               cost is inside the time (GPU)
+    wallclock  the host clock around one call in the runner's process (CPU; and both sides of a
+               comparison whose baseline does host work per call, such as FlashInfer's plan())
+    """
+
+    graph = "graph"
+    events = "events"
+    wallclock = "wallclock"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TIMING_MODES = tuple(m.value for m in TimingMode)
+
+
+@dataclass
+class EvalRequest:
+    task: str
+    hardware: str  # spec sheet name (already resolved by the caller)
+    solution: str  # path of the candidate's Python file
+    entry: str = "run"
+    workloads: list[str] = field(default_factory=list)  # uuids; empty means every workload at the scale
+    scale: str = "full"
+    trials: int = 3  # correctness trials before any timing
+    # None: a fresh secret per evaluation, never shown to the candidate (recorded in the result
+    # afterwards). A number makes the inputs reproducible and is recorded as not secret.
+    seed: int | None = None
+    timing_mode: str = TimingMode.graph.value  # graph or events on a GPU; CPUs always use wallclock
+    second_figure: bool = True  # on a GPU, also time in the other mode (fewer rounds): a named second figure
+    baseline: str = "auto"
+    baseline_options: dict = field(default_factory=dict)
+    warmup: int = 3  # untimed rounds
+    reps: int = 30  # timed rounds; each round times the baseline, the candidate twice, and the protocol alone
+    check_only: bool = False
+    use_baseline_cache: bool = False  # take the baseline's time from the cache where it has one
+    static_scan: bool = True  # the first, fast filter; no guarantee depends on it
+    sandbox: str = "strict"  # strict: refuse where a sandbox layer is missing; weak: run, and record what is missing
+    workload_timeout_s: float = 600.0  # one workload's limit (compilation included); the sandbox is killed after it
+    memory_limit_gib: float = 32.0  # the runner's host memory (cgroup)
+    process_limit: int = 512  # the runner's processes and threads (cgroup)
+
+
+@dataclass
+class TimingFigure:
+    """One side's time in one mode: the median per call and its spread over the timed rounds."""
+
+    mode: str
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    samples: int
+    calls_per_batch: int = 1
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class WorkloadResult:
+    uuid: str
+    status: Status
+    detail: str = ""
+    baseline: str = ""
+    timing_mode: str = ""
+    baseline_ms: float | None = None
+    candidate_ms: float | None = None
+    candidate_repeat_ms: float | None = None  # the same candidate timed again in the same rounds: noise
+    spread: dict = field(default_factory=dict)  # p10/p90 per timed side
+    second: dict = field(default_factory=dict)  # the other mode's figures (baseline_ms, candidate_ms, mode)
+    runner_ms: float | None = None  # the candidate's own device-event time of the same calls (not trusted)
+    floor_ms: float | None = None  # compulsory bytes / peak bandwidth
+    bandwidth_tbs: float | None = None  # compulsory bytes / candidate time
+    flags: list[str] = field(default_factory=list)  # findings that stop the time from counting
+    kernels: list[str] = field(default_factory=list)  # kernel names the candidate launched (as it reported)
+    correctness: dict = field(default_factory=dict)
+    calls_checked: int = 0  # calls whose every output element was compared with the reference
+    calls_timed: int = 0
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.status is not Status.PASSED or not self.baseline_ms or not self.candidate_ms:
+            return None
+        return self.baseline_ms / self.candidate_ms
+
+    @property
+    def noise(self) -> float | None:
+        """Relative difference between the two measurements of the same candidate."""
+        if not self.candidate_ms or not self.candidate_repeat_ms:
+            return None
+        return abs(self.candidate_ms - self.candidate_repeat_ms) / min(self.candidate_ms, self.candidate_repeat_ms)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["status"] = self.status.value
+        return {**out, "speedup": self.speedup, "noise": self.noise}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> WorkloadResult:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in obj.items() if k in names})
+
+
+@dataclass
+class EvalResult:
+    results: list[WorkloadResult]
+    restarts: int = 0  # runners replaced after a crash, an out-of-memory or a timeout
+    log_tail: str = ""
+    sandbox: dict = field(default_factory=dict)  # what the runner ran in (tool, namespaces, limits, mode)
+    seed: int | None = None  # revealed after the evaluation; reproduces its inputs
+    seed_secret: bool = True  # False when the caller chose the seed
+
+    def to_json(self) -> dict:
+        return {"results": [r.to_json() for r in self.results], "restarts": self.restarts,
+                "log_tail": self.log_tail, "sandbox": self.sandbox, "seed": self.seed,
+                "seed_secret": self.seed_secret}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> EvalResult:
+        return cls(results=[WorkloadResult.from_json(r) for r in obj["results"]], restarts=obj.get("restarts", 0),
+                   log_tail=obj.get("log_tail", ""), sandbox=obj.get("sandbox", {}), seed=obj.get("seed"),
+                   seed_secret=obj.get("seed_secret", True))
+
+
+def geomean(values) -> float | None:
+    """The geometric mean of positive numbers; None for none."""
+    values = [v for v in values if v]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))

@@ -1,0 +1,294 @@
+"""The runner: the process that holds a candidate (or, trusted, the baseline library) and nothing
+else of an evaluation. `python -m evoteam.harness.runner FD` talks to the judge over the Unix socket
+FD; the judge starts it in the sandbox (`evoteam.harness.sandbox`).
+
+It maps the buffers the judge shares (inputs, outputs, a page of flag words), calls the entry point
+`entry(**inputs, **outputs)` on the judge's request and, on a GPU, orders its work with the flag
+words: a batch of calls is enqueued behind the judge's release word and ends by writing the done
+word, so the judge's clock sees the device work and nothing of this process's host side. Nothing
+this process says or does is believed: the judge times, checks and decides. It imports neither the
+task nor its reference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from evoteam.harness.protocol import Channel, ChannelClosed
+from evoteam.harness.shared import FlagPage, MappedBuffers, TensorRef
+
+FATAL_CUDA_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
+                      "illegal instruction", "an illegal", "CUDA error")
+
+
+def _detail(exc: BaseException) -> str:
+    try:
+        message = str(exc).strip()
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        message = "<unprintable message>"
+    head = f"{type(exc).__name__}: {message[:600]}" if message else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    tail = "".join(traceback.format_list(frames)).rstrip()
+    return f"{head}\n{tail}" if tail else head
+
+
+def _failure(exc: BaseException) -> dict:
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return {"ok": False, "status": "out_of_memory", "detail": _detail(exc), "fatal": True}
+    fatal = any(m in str(exc) for m in FATAL_CUDA_MARKERS) and torch.cuda.is_available()
+    return {"ok": False, "status": "crash" if fatal else "exception", "detail": _detail(exc), "fatal": fatal}
+
+
+class Runner:
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self.fn: Callable[..., Any] | None = None
+        self.baseline = None
+        self.task = None
+        self.mapped: MappedBuffers | None = None
+        self.sets: list[tuple[dict, dict]] = []
+        self.calls: list[Callable[[], None]] = []
+        self.flags: FlagPage | None = None
+        self.cuda = torch.cuda.is_available() and os.environ.get("EVOTEAM_RUNNER_DEVICE", "cpu").startswith("cuda")
+        self.stream = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.graph_sets: list[int] = []
+        self.pending: list[tuple[int, Any, Any]] = []  # (batch, start event, end event) of armed batches
+        self._reported: list[tuple[int, float]] = []
+        self._warm = None
+
+    # ------------------------------------------------------------------ messages
+    def serve(self) -> None:
+        while True:
+            try:
+                msg, fds = self.channel.recv()
+            except ChannelClosed:
+                return
+            op = msg.get("op")
+            try:
+                reply = getattr(self, f"op_{op}")(msg, fds)
+            except Exception as exc:  # noqa: BLE001 - any failure of the candidate is reported, never believed
+                reply = _failure(exc)
+            except SystemExit as exc:
+                reply = {"ok": False, "status": "exception", "detail": f"SystemExit({exc.code}) from the candidate"}
+            try:
+                self.channel.send(reply)
+            except ChannelClosed:
+                return
+            if op == "exit" or reply.get("fatal"):
+                os._exit(3 if reply.get("fatal") else 0)
+
+    def op_hello(self, msg: dict, fds: list[int]) -> dict:
+        if self.cuda:
+            torch.cuda.init()
+            torch.empty(1, device="cuda")  # creates the context (and makes it current)
+            from evoteam.harness import cudadrv
+
+            cudadrv.ensure_context(torch.cuda.current_device())
+            self.stream = torch.cuda.current_stream()
+            self._warm = torch.zeros(1, device="cuda")
+        self.flags = _flag_page(fds[0], self.cuda) if fds else None
+        return {"ok": True, "pid": os.getpid(), "uid": os.getuid(), "cuda": self.cuda}
+
+    def op_load(self, msg: dict, fds: list[int]) -> dict:
+        if msg["kind"] == "candidate":
+            path = msg["path"]
+            try:
+                spec = importlib.util.spec_from_file_location("candidate", path)
+                module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+                sys.modules["candidate"] = module
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+                fn = getattr(module, msg["entry"], None)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the candidate's own failure
+                return {"ok": False, "status": "compile_error", "detail": _detail(exc)}
+            if not callable(fn):
+                return {"ok": False, "status": "compile_error",
+                        "detail": f"{os.path.basename(path)} defines no callable {msg['entry']!r} (the entry point)"}
+            self.fn = fn
+            return {"ok": True}
+        # The baseline runner (trusted): the library adapter, built from the task.
+        from evoteam.hardware import load_spec
+        from evoteam.harness import baselines
+        from evoteam.task import load_task
+
+        self.task = load_task(msg["task"])
+        self.baseline = baselines.create(msg["name"], self.task, load_spec(msg["hardware"]), **msg["options"])
+        return {"ok": True, "label": self.baseline.label, "version": self.baseline.version,
+                "timing_mode_override": self.baseline.timing_mode_override}
+
+    def op_bind(self, msg: dict, fds: list[int]) -> dict:
+        self.op_unbind(msg, [])
+        self.mapped = MappedBuffers(msg["buffers"], fds)
+        for entry in msg["sets"]:
+            inputs = {k: self.mapped.tensor(TensorRef.from_json(v)) if "buffer" in v else v["value"]
+                      for k, v in entry["inputs"].items()}
+            outputs = {k: self.mapped.tensor(TensorRef.from_json(v)) for k, v in entry["outputs"].items()}
+            self.sets.append((inputs, outputs))
+        if self.baseline is not None:
+            from evoteam.schema import Workload
+
+            workload = Workload.from_json(msg["workload"])
+            self.calls = []
+            for inputs, outputs in self.sets:
+                run = self.baseline.prepare(self.task, workload, inputs)
+                self.calls.append(lambda run=run, i=inputs, o=outputs: run(**i, **o))
+        else:
+            fn = self.fn
+            self.calls = [lambda i=inputs, o=outputs: fn(**i, **o) for inputs, outputs in self.sets]
+        return {"ok": True, "sets": len(self.sets)}
+
+    def op_unbind(self, msg: dict, fds: list[int]) -> dict:
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.graph, self.graph_sets, self.pending = None, [], []
+        self.calls, self.sets, self.mapped = [], [], None
+        return {"ok": True}
+
+    def op_call(self, msg: dict, fds: list[int]) -> dict:
+        """One call, launched by this process's host after the release (events/wallclock modes)."""
+        batch = int(msg["batch"])
+        if self.cuda:
+            self._warm_up(batch)
+            self._spin_release(batch)
+        try:
+            for j in msg["sets"]:
+                self.calls[j]()
+        finally:
+            if self.cuda:
+                from evoteam.harness import cudadrv
+
+                cudadrv.stream_write_value(self.stream.cuda_stream, self.flags.device_address + FlagPage.DONE, batch)
+        if self.cuda:
+            torch.cuda.synchronize()  # a fault of this call is reported for this call
+        return {"ok": True}
+
+    def op_sync(self, msg: dict, fds: list[int]) -> dict:
+        torch.cuda.synchronize()
+        return {"ok": True}
+
+    def op_arm(self, msg: dict, fds: list[int]) -> dict:
+        """Enqueue a batch behind the release word and return at once (graph mode; `null` for the
+        protocol alone, which only the trusted runner is asked for)."""
+        from evoteam.harness import cudadrv
+
+        batch, stream, base = int(msg["batch"]), self.stream.cuda_stream, self.flags.device_address
+        self._collect()
+        self._warm.add_(1)  # this context becomes the GPU's resident one before the clock starts
+        cudadrv.stream_write_value(stream, base + FlagPage.READY, batch)
+        cudadrv.stream_wait_value(stream, base + FlagPage.RELEASE, batch)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        if not msg.get("null"):
+            if msg.get("graph"):
+                self.graph.replay()
+            else:
+                for j in msg["sets"]:
+                    self.calls[j]()
+        end.record()
+        cudadrv.stream_write_value(stream, base + FlagPage.DONE, batch)
+        self.pending.append((batch, start, end))
+        return {"ok": True}
+
+    def _collect(self) -> list[tuple[int, float]]:
+        out, keep = [], []
+        for batch, start, end in self.pending:
+            if end.query():
+                out.append((batch, start.elapsed_time(end)))
+            else:
+                keep.append((batch, start, end))
+        self.pending = keep
+        self._reported += out
+        return out
+
+    def op_report(self, msg: dict, fds: list[int]) -> dict:
+        """Device-event times of finished batches, as this process measured them (not trusted)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            self._collect()
+        reported, self._reported = self._reported, []
+        return {"ok": True, "device_ms": reported}
+
+    def op_capture(self, msg: dict, fds: list[int]) -> dict:
+        sets = list(msg["sets"])
+        side = torch.cuda.Stream()
+        side.wait_stream(self.stream)
+        with torch.cuda.stream(side):
+            for j in sets:  # warm-up on a side stream, as capture requires
+                self.calls[j]()
+        self.stream.wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                for j in sets:
+                    self.calls[j]()
+        except Exception as exc:  # noqa: BLE001 - not capturable: the judge times it per call instead
+            torch.cuda.synchronize()
+            return {"ok": False, "detail": _detail(exc).splitlines()[0][:300]}
+        torch.cuda.synchronize()
+        self.graph, self.graph_sets = graph, sets
+        return {"ok": True}
+
+    def op_kernels(self, msg: dict, fds: list[int]) -> dict:
+        """Names of the device kernels one call launches (the profiler; a filter, not a guarantee)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            self.calls[int(msg["set"])]()
+            torch.cuda.synchronize()
+        names = sorted({e.name for e in prof.events() if "CUDA" in str(getattr(e, "device_type", "")) and e.name
+                        and not e.name.startswith(("Memcpy", "Memset", "cudaMemcpy", "cudaMemset"))})
+        return {"ok": True, "kernels": names}
+
+    def op_exit(self, msg: dict, fds: list[int]) -> dict:
+        return {"ok": True}
+
+    # ------------------------------------------------------------------ GPU helpers
+    def _warm_up(self, batch: int) -> None:
+        from evoteam.harness import cudadrv
+
+        self._warm.add_(1)
+        cudadrv.stream_write_value(self.stream.cuda_stream, self.flags.device_address + FlagPage.READY, batch)
+
+    def _spin_release(self, batch: int) -> None:
+        flags = self.flags
+        while flags.get(FlagPage.RELEASE) < batch:
+            pass
+
+
+def _flag_page(fd: int, cuda: bool) -> FlagPage:
+    page = FlagPage.__new__(FlagPage)
+    import mmap
+
+    page.fd = fd
+    page.page = mmap.mmap(fd, FlagPage.SIZE)
+    page.words = memoryview(page.page).cast("I")
+    page.device_address = 0
+    if cuda:
+        import ctypes
+
+        from evoteam.harness import cudadrv
+
+        address = ctypes.addressof(ctypes.c_char.from_buffer(page.page))
+        page.device_address = cudadrv.register_host(address, FlagPage.SIZE)
+    return page
+
+
+def main(argv: list[str]) -> int:
+    import socket
+
+    channel = Channel(socket.socket(fileno=int(argv[0])))
+    Runner(channel).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,157 @@
+"""The judge's handle on one runner process: start it in its sandbox, ask it things with a deadline,
+wait for its flag words, and turn every way it can fail (death, silence, a fault it reports) into a
+`RunnerFault` that names the status the current workload gets."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from evoteam.harness.model import Status
+from evoteam.harness.protocol import Channel, ChannelClosed, ChannelTimeout
+from evoteam.harness.sandbox import SandboxedProcess, SandboxSpec
+from evoteam.harness.shared import FlagPage
+
+LOG_TAIL_CHARS = 4000
+CRASH_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
+                 "Segmentation fault", "core dumped")
+
+
+class RunnerFault(Exception):
+    """The runner cannot go on: the workload it was on gets `status`; a new runner takes the next."""
+
+    def __init__(self, status: Status, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class RunnerHandle:
+    def __init__(self, kind: str, spec: SandboxSpec, workdir: Path):
+        self.kind = kind  # "candidate" or "baseline"
+        self.device = spec.device
+        parent, child = socket.socketpair()
+        self.flags = FlagPage(spec.device)
+        argv = [sys.executable, "-m", "evoteam.harness.runner", str(child.fileno())]
+        spec.env = {**spec.env, "EVOTEAM_RUNNER_DEVICE": spec.device}
+        self.process = SandboxedProcess(argv, spec, pass_fds=[child.fileno()], log_path=workdir / f"{kind}.log")
+        child.close()
+        self.channel = Channel(parent)
+        self.record = self.process.record
+        self.dead = False
+
+    # ------------------------------------------------------------------ messages
+    def send(self, message: dict, fds: list[int] | tuple[int, ...] = ()) -> None:
+        try:
+            self.channel.send(message, fds)
+        except ChannelClosed:
+            raise self._death() from None
+
+    def receive(self, timeout_s: float) -> dict:
+        """The runner's answer; a reply of a failure is returned, not raised, unless it is fatal."""
+        try:
+            reply, extra = self.channel.recv(max(timeout_s, 0.001))
+        except ChannelTimeout:
+            self.kill()
+            raise RunnerFault(Status.TIMEOUT, f"no answer within the time limit ({timeout_s:.0f} s left)") from None
+        except ChannelClosed:
+            raise self._death() from None
+        for fd in extra:
+            os.close(fd)
+        if reply.get("fatal"):
+            self.kill()
+            raise RunnerFault(Status(reply.get("status", "crash")), reply.get("detail", "the runner stopped"))
+        return reply
+
+    def ask(self, message: dict, timeout_s: float, fds: list[int] | tuple[int, ...] = ()) -> dict:
+        self.send(message, fds)
+        return self.receive(timeout_s)
+
+    def wait_flag(self, offset: int, value: int, deadline: float) -> dict | None:
+        """Spin until the flag word reaches `value` (the runner's GPU writes it); an answer that the
+        runner sends first (a call that raised, say) is returned instead."""
+        words, index = self.flags.words, offset // 4
+        spins = 0
+        while words[index] < value:
+            spins += 1
+            if spins & 0x3FFF == 0:
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise RunnerFault(Status.TIMEOUT, "no signal from the runner's GPU work within the time limit")
+                if self.process.poll() is not None or _readable(self.channel.sock):
+                    return self.receive(max(0.0, deadline - time.monotonic()))
+        return None
+
+    def _death(self) -> RunnerFault:
+        for _ in range(100):  # the socket closes a moment before the process is reaped
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.01)
+        code = self.process.poll()
+        logs = self.process.logs(LOG_TAIL_CHARS)
+        self.kill()
+        if self.process.out_of_memory() or (code is not None and code in (-signal.SIGKILL, 128 + signal.SIGKILL)
+                                            and "memory" in logs.lower()):
+            return RunnerFault(Status.OUT_OF_MEMORY, f"out of memory: the runner was killed at its limit ({logs_tail(logs)})")
+        return RunnerFault(Status.CRASH, describe_exit(code, logs))
+
+    # ------------------------------------------------------------------ lifetime
+    def kill(self) -> None:
+        if not self.dead:
+            self.dead = True
+            self.process.kill()
+
+    def close(self) -> None:
+        if not self.dead:
+            try:
+                self.channel.send({"op": "exit"})
+                self.channel.recv(5)
+            except Exception:  # noqa: BLE001 - it is being ended either way
+                pass
+        self.kill()
+        self.process.close()
+        self.channel.close()
+        self.flags.close()
+
+    def logs(self) -> str:
+        return self.process.logs(LOG_TAIL_CHARS)
+
+
+def _readable(sock) -> bool:
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def logs_tail(logs: str) -> str:
+    lines = [line for line in logs.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def describe_exit(code: int | None, logs: str) -> str:
+    if code is None:
+        cause = "the runner stopped answering"
+    elif code < 0:
+        try:
+            cause = f"runner killed by {signal.Signals(-code).name}"
+        except ValueError:
+            cause = f"runner killed by signal {-code}"
+    elif code > 128:
+        try:
+            cause = f"runner killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            cause = f"runner exited with code {code}"
+    else:
+        cause = f"runner exited with code {code}"
+    lower = logs.lower()
+    for marker in CRASH_MARKERS:
+        if marker.lower() in lower:
+            cause += f" ({marker})"
+            break
+    if logs.strip():
+        cause += f": {logs_tail(logs)}"
+    return cause

@@ -1,0 +1,515 @@
+"""The runner's sandbox: bubblewrap namespaces, cgroup limits and a clean environment.
+
+A candidate's runner sees, read-only, only what it needs to run Python, PyTorch and Triton (the
+system and Python installations, the evoteam package without its data folders), its own source at
+/candidate, and one writable scratch folder (/scratch; /cache for its compiled kernels). It runs
+as an unprivileged user (65534) in its own user, PID, mount, network (loopback only), IPC and UTS
+namespaces, cannot create new user namespaces, has no capabilities, sees only the GPU it was given,
+and lives in its own cgroup (memory and process limits). The baseline libraries' folders are hidden
+under empty mounts. Ending the sandbox kills every process in it, detached children included (its
+PID namespace dies with it, and the cgroup is killed as well).
+
+Where a machine cannot provide a layer (no bubblewrap, no user namespaces, no writable cgroups), a
+strict evaluation refuses to run; `sandbox="weak"` runs anyway, and the result records what was
+missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evoteam.errors import UserError
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # evoteam/
+UNPRIVILEGED_UID = 65534
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Libraries whose kernels are the baselines (or could stand in for them): hidden from candidates.
+BASELINE_MODULES = ("flashinfer", "fla", "vllm", "flash_kda", "aiter", "sgl_kernel", "flash_attn", "xformers",
+                    "tvm_ffi")
+TMP_BYTES = 1 << 30  # the runner's /tmp (in memory)
+# Set by the container executor to the limits of the judge's container (no cgroup can be made inside it).
+CONTAINER_LIMITS_ENV = "EVOTEAM_CONTAINER_LIMITS"
+FILE_SIZE_LIMIT = 4 << 30  # largest file a runner may write
+
+
+class SandboxUnavailable(UserError):
+    """A strict evaluation cannot get a layer of its sandbox here."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    bwrap: str | None  # path of a working bubblewrap, or None
+    bwrap_problem: str  # why not, when None
+    cgroup: str | None  # "v2" or "v1", or None
+    cgroup_problem: str
+
+    def missing(self) -> list[str]:
+        out = []
+        if not self.bwrap:
+            out.append(f"namespaces ({self.bwrap_problem})")
+        if not self.cgroup:
+            out.append(f"cgroup limits ({self.cgroup_problem})")
+        return out
+
+
+def _bwrap_base(bwrap: str) -> list[str]:
+    return [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(UNPRIVILEGED_UID),
+            "--gid", str(UNPRIVILEGED_UID), "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+
+
+@functools.cache
+def capabilities() -> Capabilities:
+    """What this machine offers (tried once per process)."""
+    bwrap = os.environ.get("EVOTEAM_BWRAP") or shutil.which("bwrap")
+    problem = ""
+    if not bwrap:
+        problem = "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    else:
+        try:
+            probe = subprocess.run([*_bwrap_base(bwrap), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+                                    "true"], capture_output=True, text=True, timeout=30)
+            if probe.returncode != 0:
+                problem = f"bubblewrap cannot create its namespaces here: {probe.stderr.strip()[:200]}"
+                bwrap = None
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problem, bwrap = f"bubblewrap does not run: {exc}", None
+    cgroup, cg_problem = _cgroup_support()
+    if cgroup is None and os.environ.get(CONTAINER_LIMITS_ENV):
+        cgroup, cg_problem = "container", ""  # the judge's container: its limits hold the runner too
+    return Capabilities(bwrap, problem, cgroup, cg_problem)
+
+
+def _cgroup_support() -> tuple[str | None, str]:
+    if (CGROUP_ROOT / "cgroup.controllers").is_file():
+        controllers = (CGROUP_ROOT / "cgroup.controllers").read_text().split()
+        if not {"memory", "pids"} <= set(controllers):
+            return None, f"cgroup v2 lacks the memory or pids controller ({' '.join(controllers)})"
+        try:
+            _v2_parent()
+            return "v2", ""
+        except OSError as exc:
+            return None, f"cgroup v2 is not writable here ({exc.strerror or exc})"
+    try:
+        for ctl in ("memory", "pids"):
+            (CGROUP_ROOT / ctl / "evoteam").mkdir(exist_ok=True)
+        return "v1", ""
+    except OSError as exc:
+        return None, f"no writable cgroup v1 memory and pids hierarchies ({exc.strerror or exc})"
+
+
+def _v2_parent() -> Path:
+    parent = CGROUP_ROOT / "evoteam"
+    parent.mkdir(exist_ok=True)
+    root_control = (CGROUP_ROOT / "cgroup.subtree_control").read_text().split()
+    for ctl in ("memory", "pids"):
+        if ctl not in root_control:
+            (CGROUP_ROOT / "cgroup.subtree_control").write_text(f"+{ctl}")
+    parent_control = (parent / "cgroup.subtree_control").read_text().split()
+    for ctl in ("memory", "pids"):
+        if ctl not in parent_control:
+            (parent / "cgroup.subtree_control").write_text(f"+{ctl}")
+    return parent
+
+
+class Cgroup:
+    """One runner's cgroup (v2, or the memory, pids and freezer hierarchies of v1)."""
+
+    def __init__(self, version: str, name: str, memory_bytes: int, max_pids: int):
+        self.version = version
+        if version == "v2":
+            self.dirs = [_v2_parent() / name]
+        else:
+            self.dirs = [CGROUP_ROOT / ctl / "evoteam" / name for ctl in ("memory", "pids", "freezer")
+                         if (CGROUP_ROOT / ctl).is_dir()]
+        for d in self.dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        if version == "v2":
+            (self.dirs[0] / "memory.max").write_text(str(memory_bytes))
+            (self.dirs[0] / "memory.swap.max").write_text("0") if (self.dirs[0] / "memory.swap.max").exists() else None
+            (self.dirs[0] / "pids.max").write_text(str(max_pids))
+        else:
+            for d in self.dirs:
+                if d.parts[-3] == "memory":
+                    (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                elif d.parts[-3] == "pids":
+                    (d / "pids.max").write_text(str(max_pids))
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs:
+            try:
+                out |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return out
+
+    def memory_events(self) -> str:
+        """Whether the kernel killed something here for memory (v2: memory.events oom_kill)."""
+        for d in self.dirs:
+            for name in ("memory.events", "memory.oom_control"):
+                f = d / name
+                if f.is_file():
+                    try:
+                        return f.read_text()
+                    except OSError:
+                        pass
+        return ""
+
+    def freeze(self, frozen: bool) -> None:
+        """Stop (or resume) every process in the cgroup, and wait until it is so."""
+        if self.version == "v2":
+            (self.dirs[0] / "cgroup.freeze").write_text("1" if frozen else "0")
+            want = f"frozen {1 if frozen else 0}"
+            for _ in range(500):
+                if want in (self.dirs[0] / "cgroup.events").read_text():
+                    return
+                time.sleep(0.002)
+            return
+        freezer = next((d for d in self.dirs if d.parts[-3] == "freezer"), None)
+        if freezer is None:
+            raise OSError("no freezer hierarchy")
+        (freezer / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+        for _ in range(500):
+            state = (freezer / "freezer.state").read_text().strip()
+            if state == ("FROZEN" if frozen else "THAWED"):
+                return
+            time.sleep(0.002)
+
+    def kill(self) -> None:
+        if self.version == "v2" and (self.dirs[0] / "cgroup.kill").exists():
+            (self.dirs[0] / "cgroup.kill").write_text("1")
+        freezer = next((d for d in self.dirs if d.parts[-3] == "freezer"), None)
+        if freezer is not None:
+            (freezer / "freezer.state").write_text("FROZEN")  # nothing forks while it is emptied
+        for _ in range(100):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if freezer is not None:
+                (freezer / "freezer.state").write_text("THAWED")  # a frozen process cannot die
+            time.sleep(0.02)
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+
+@dataclass
+class SandboxSpec:
+    """What one runner gets."""
+
+    scratch: Path  # host folder, mounted writable at /scratch
+    cache: Path | None  # host folder, mounted writable at /cache (compiled kernels of this source)
+    candidate: Path | None  # host file, mounted read-only at /candidate/<name>
+    device: str  # "cpu" or "cuda:N"
+    memory_bytes: int
+    max_pids: int
+    env: dict[str, str] = field(default_factory=dict)
+    trusted: bool = False  # the baseline runner: the libraries and the package's data stay visible
+    mode: str = "strict"  # strict or weak
+
+
+def _gpu_devices(device: str) -> list[str]:
+    if not device.startswith("cuda"):
+        return []
+    nvidia = [str(p) for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if Path(p).exists()]
+    if nvidia:
+        index = int(device.split(":")[1]) if ":" in device else 0
+        minor = _nvidia_minor(index)
+        return nvidia + [f"/dev/nvidia{minor}"]
+    # ROCm (UNVERIFIED: no AMD GPU was available): the compute driver and the GPU's render node.
+    index = int(device.split(":")[1]) if ":" in device else 0
+    return [p for p in ("/dev/kfd", f"/dev/dri/renderD{128 + index}") if Path(p).exists()]
+
+
+def _nvidia_minor(index: int) -> int:
+    """The /dev/nvidiaN minor of CUDA device `index` (by PCI bus id; the index itself as a fallback)."""
+    try:
+        import torch
+
+        bus = torch.cuda.get_device_properties(index).pci_bus_id.lower()
+        for info in Path("/proc/driver/nvidia/gpus").glob("*/information"):
+            if info.parent.name.lower().endswith(bus[-7:]):
+                for line in info.read_text().splitlines():
+                    if line.startswith("Device Minor"):
+                        return int(line.split(":")[1])
+    except Exception:  # noqa: BLE001 - the fallback is right on single-GPU machines
+        pass
+    return index
+
+
+def _module_dirs(names) -> list[str]:
+    out = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        for loc in spec.submodule_search_locations or ([os.path.dirname(spec.origin)] if spec.origin else []):
+            if os.path.isdir(loc) and loc not in out:
+                out.append(os.path.realpath(loc))
+    return out
+
+
+def _checkout() -> str | None:
+    """The repository checkout evoteam runs from (an editable install), or None (an installed wheel)."""
+    parent = PACKAGE_DIR.parent
+    return str(parent) if (parent / "kernels").is_dir() else None
+
+
+def python_paths() -> list[str]:
+    """Folders a runner's Python needs, read-only (the repository checkout itself is not one of them)."""
+    checkout = _checkout()
+    out: list[str] = []
+    for p in [*sys.path, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]:
+        p = os.path.realpath(p) if p else ""
+        if not p or not os.path.isdir(p) or p == os.path.realpath(os.getcwd()):
+            continue
+        if checkout and (p == checkout or (p.startswith(checkout + "/")
+                                           and not p.startswith(os.path.join(checkout, ".venv")))):
+            continue  # nothing of the checkout but its virtual environment
+        out.append(p)
+    return out
+
+
+def _covered(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r + "/") for r in roots)
+
+
+def bwrap_command(bwrap: str, spec: SandboxSpec) -> list[str]:
+    args = _bwrap_base(bwrap)
+    roots: list[str] = []
+
+    def ro(path: str) -> None:
+        if os.path.exists(path) and not _covered(path, roots):
+            args.extend(["--ro-bind", path, path])
+            roots.append(path)
+
+    for p in ("/usr", "/etc", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/opt"):
+        ro(p)
+    args += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev",
+             "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for p in python_paths():
+        ro(p)
+    ro(str(PACKAGE_DIR))  # the evoteam package (for the runner itself)
+    if spec.trusted and _checkout():
+        ro(os.path.join(_checkout(), "kernels"))  # the baseline runner builds its adapters from the task
+    else:
+        for path in _module_dirs(BASELINE_MODULES):
+            args += ["--tmpfs", path]  # hidden: an empty folder in its place
+        data = PACKAGE_DIR / "_data"
+        if data.is_dir():
+            args += ["--tmpfs", str(data)]  # an installed wheel's kernels/ (the references) and hardware/
+    for dev in _gpu_devices(spec.device):
+        args += ["--dev-bind", dev, dev]
+    args += ["--bind", str(spec.scratch), "/scratch"]
+    if spec.cache is not None:
+        args += ["--bind", str(spec.cache), "/cache"]
+    if spec.candidate is not None:
+        args += ["--ro-bind", str(spec.candidate), f"/candidate/{spec.candidate.name}"]
+    # The sandbox's own root (where bubblewrap made the mount points) read-only too: what is writable is
+    # exactly /scratch, /cache, /tmp (in memory) and /dev/shm.
+    args += ["--remount-ro", "/", "--chdir", "/scratch", "--clearenv"]
+    for key, value in spec.env.items():
+        args += ["--setenv", key, value]
+    return args
+
+
+def runner_env(spec_env: dict[str, str], device: str, inside: bool) -> dict[str, str]:
+    """A clean environment: nothing of the judge's but what Python, CUDA and Triton need."""
+    scratch = "/scratch" if inside else None
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": str(PACKAGE_DIR.parent), "LANG": "C.UTF-8"}
+    for key in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
+        if os.environ.get(key):
+            env[key] = os.environ[key]
+    extra_paths = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and os.path.realpath(p) !=
+                   str(PACKAGE_DIR.parent)]
+    if extra_paths:
+        env["PYTHONPATH"] = ":".join([env["PYTHONPATH"], *extra_paths])
+    if scratch:
+        env.update({"HOME": f"{scratch}/home", "TMPDIR": "/tmp", "XDG_CACHE_HOME": "/cache",
+                    "TRITON_CACHE_DIR": "/cache/triton", "TRITON_HOME": "/cache"})
+    env.update(spec_env)
+    return env
+
+
+class SandboxedProcess:
+    """A runner process in its sandbox; `kill()` ends it with everything it started. A trusted
+    runner (the baseline's) is a plain process with the judge's environment, in a cgroup where
+    there is one, so that it is timed under the same conditions and ended the same way."""
+
+    def __init__(self, argv: list[str], spec: SandboxSpec, pass_fds: list[int], log_path: Path):
+        caps = capabilities()
+        missing = [] if spec.trusted else caps.missing()
+        if missing and spec.mode != "weak":
+            raise SandboxUnavailable(
+                f"the evaluation sandbox is incomplete on this machine: {'; '.join(missing)}; fix that, or accept "
+                f"a weaker sandbox explicitly (harness.sandbox=weak, bench --sandbox weak)")
+        self.record = {"tool": None, "namespaces": [], "uid": os.getuid(), "network": "host", "cgroup": None,
+                       "mode": "strict" if not missing else "weak: no " + "; no ".join(missing)}
+        self.cgroup: Cgroup | None = None
+        self._oom_kills_before = _own_oom_kills()
+        if caps.cgroup == "container":
+            self.record["cgroup"] = f"the container's ({os.environ[CONTAINER_LIMITS_ENV]}), shared with the judge"
+        elif caps.cgroup:
+            try:
+                name = f"runner-{os.getpid()}-{time.monotonic_ns()}"
+                self.cgroup = Cgroup(caps.cgroup, name, spec.memory_bytes, spec.max_pids)
+                self.record["cgroup"] = f"{caps.cgroup}: memory {spec.memory_bytes >> 20} MiB, {spec.max_pids} pids"
+            except OSError as exc:
+                if spec.mode != "weak" and not spec.trusted:
+                    raise SandboxUnavailable(f"cannot create the runner's cgroup: {exc}; accept a weaker sandbox "
+                                             f"with harness.sandbox=weak") from None
+                self.record["mode"] = f"weak: no cgroup ({exc})"
+        (spec.scratch / "home").mkdir(parents=True, exist_ok=True)
+        if spec.trusted:
+            cmd = argv
+            env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+            if spec.cache is not None:
+                env.update(EVOTEAM_CACHE_DIR=str(spec.cache / "evoteam"), FLASHINFER_WORKSPACE_BASE=str(spec.cache))
+        elif caps.bwrap is not None:
+            env = runner_env(spec.env, spec.device, inside=True)
+            cmd = bwrap_command(caps.bwrap, SandboxSpec(**{**spec.__dict__, "env": env})) + argv
+            self.record.update(tool="bubblewrap", uid=UNPRIVILEGED_UID, network="none (loopback only)",
+                               namespaces=["user", "pid", "mount", "net", "ipc", "uts", "cgroup"])
+        else:
+            cmd = argv
+            env = {**runner_env(spec.env, spec.device, inside=False), "HOME": str(spec.scratch / "home")}
+            if spec.cache is not None:
+                env.update(TRITON_CACHE_DIR=str(spec.cache / "triton"), XDG_CACHE_HOME=str(spec.cache))
+        # A shell puts itself into the cgroup, sets the limits and makes itself the out-of-memory killer's
+        # first choice, then becomes the sandbox: every process of the runner starts inside all of them.
+        prologue = (f"echo 1000 > /proc/self/oom_score_adj 2>/dev/null; ulimit -c 0; "
+                    f"ulimit -f {FILE_SIZE_LIMIT // 512} 2>/dev/null; ulimit -n 4096 2>/dev/null; ")
+        if self.cgroup is not None:
+            prologue += "".join(f"echo $$ > {shlex.quote(f)} && " for f in self.cgroup.procs_files())
+        shell = [shutil.which("sh") or "/bin/sh", "-c", prologue + 'exec "$@"', "sh", *cmd]
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(shell, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, pass_fds=pass_fds, start_new_session=True,
+                                         cwd=str(spec.scratch))
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def freeze(self, frozen: bool) -> None:
+        """Stop every process of the runner while the judge times something else (its threads and
+        children cannot burn the CPU under another side's clock), or let them go on."""
+        if self.proc.poll() is not None:
+            return
+        if self.cgroup is not None:
+            try:
+                self.cgroup.freeze(frozen)
+                return
+            except OSError:
+                pass
+        for pid in _descendants(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """End the runner and everything it started, then reap it."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def memory_bytes(self) -> int:
+        """Resident memory of every process of the runner."""
+        total = 0
+        for pid in _descendants(self.proc.pid):
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) << 10
+            except (OSError, ValueError, IndexError):
+                pass
+        return total
+
+    def out_of_memory(self) -> bool:
+        if self.cgroup is None:  # in a container: its cgroup (ours too) counts the kills
+            return _own_oom_kills() > self._oom_kills_before
+        for line in self.cgroup.memory_events().splitlines():
+            key, _, value = line.partition(" ")
+            if (key == "oom_kill" and value.strip() not in ("", "0")) or (key == "under_oom" and value.strip() == "1"):
+                return True
+        return False
+
+    def logs(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+        else:
+            if self.cgroup is not None:
+                self.cgroup.kill()  # a detached child may have outlived the runner's first process
+        if self.cgroup is not None:
+            self.cgroup.remove()
+
+
+def _own_oom_kills() -> int:
+    """How many processes the kernel killed for memory in this process's own cgroup (v2 or v1)."""
+    for path in (CGROUP_ROOT / "memory.events", CGROUP_ROOT / "memory" / "memory.oom_control"):
+        try:
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (by the kernel's children lists)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                pass
+    return out

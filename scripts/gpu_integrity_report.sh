@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Issue 18's measurements on one NVIDIA GPU (the lent H200); the same parts run before and after the
+# harness change, each comparison side by side in one run:
+#   probe    the split harness's building blocks (scripts/harness_probe.py): the sandbox, device memory
+#            shared across PID namespaces, intervals timed by the judge, escaped work, faults
+#   mla      the MLA champion vs FlashInfer 0.5.3 (plan cached) on the 47 workloads: graph replay (the
+#            first run compiles), then events; the wall time of each evaluation (walls.txt)
+#   kda      the KDA chunk kernel vs fla-core's Triton chunk_kda on 4 workloads (1k-16k tokens, both
+#            gates): events, then graph replay; fla's autotuning saved in autotune.tgz (AUTOTUNE_IN
+#            restores it, e.g. from a copy carried in the ignored .device-cache/)
+#   redteam  the red-team suite (tests/redteam) on the GPU at full scale: one table
+# Usage from the repository root: bash scripts/gpu_integrity_report.sh OUT_DIR [probe|mla|kda|redteam ...]
+# Needs flashinfer-python and fla-core (pip install -e .[cuda], or the wheels of
+# ../shared/device/fetch_wheels.sh in .whl) and bubblewrap (bwrap on PATH, or its Debian packages in
+# .devtools/: apt-get download bubblewrap libcap2 libselinux1 libpcre2-8-0).
+set -uo pipefail
+out=${1:?give an output folder}; shift
+parts=${*:-probe mla}
+mkdir -p "$out"
+. "$(dirname "$0")/device_env.sh"
+use_wheels flashinfer fla || exit 1
+export PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
+export EVOTEAM_CACHE_DIR=${EVOTEAM_CACHE_DIR:-/tmp/integrity-evoteam-cache}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/integrity-triton-cache}
+mkdir -p "$TRITON_CACHE_DIR"
+if ! command -v bwrap >/dev/null && ls .devtools/*.deb >/dev/null 2>&1; then
+  for f in .devtools/*.deb; do dpkg -x "$f" /tmp/bw; done
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/bw/lib/x86_64-linux-gnu:/tmp/bw/usr/lib/x86_64-linux-gnu exec /tmp/bw/usr/bin/bwrap "$@"\n' \
+    > /tmp/bw/bwrap && chmod +x /tmp/bw/bwrap
+  export PATH=/tmp/bw:$PATH
+fi
+if [ -n "${AUTOTUNE_IN:-}" ] && [ -f "$AUTOTUNE_IN" ]; then
+  tar xzf "$AUTOTUNE_IN" -C "$TRITON_CACHE_DIR" && echo "fla autotuning restored from $AUTOTUNE_IN"
+fi
+log=$out/report.log
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$log"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$log"
+echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files" | tee -a "$log"
+champion=kernels/mla_decode/flashdecode_champion.py
+kda_kernel=kernels/kda_prefill/chunk_triton.py
+kda_workloads="15208288 efbdc890 df87a189 8cfd1d8d"
+timed() {  # $1: name; the rest: evoteam.bench arguments. Appends "<name> <seconds>" to walls.txt
+  local name=$1 t0
+  shift
+  t0=$(date +%s%N)
+  python3 -m evoteam.bench "$@" 2>&1 | grep --line-buffered -v '^\[' | tee -a "$log"
+  echo "wall $name $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$out/walls.txt" "$log"
+}
+for part in $parts; do
+  case $part in
+    probe)
+      timeout 300 python3 scripts/harness_probe.py --bwrap "$(command -v bwrap)" --json "$out/probe.json" 2>&1 \
+        | tee -a "$log" ;;
+    mla)
+      mla=(--task mla_decode --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached
+           --label champion)
+      timed mla_graph_first "$champion" "${mla[@]}" --timing graph --json "$out/mla_graph.json"
+      timed mla_events "$champion" "${mla[@]}" --timing events --json "$out/mla_events.json" ;;
+    kda)
+      kda=(--task kda_prefill --baseline fla --warmup 3 --reps 20 --label chunk --workloads $kda_workloads)
+      timed kda_events "$kda_kernel" "${kda[@]}" --timing events --json "$out/kda_events.json"
+      timed kda_graph "$kda_kernel" "${kda[@]}" --timing graph --json "$out/kda_graph.json"
+      (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' | tar czf "$out/autotune.tgz" -T -) ;;
+    redteam)
+      python3 -m tests.redteam --task mla_decode --scale full --json "$out/redteam.json" 2>&1 | tee -a "$log" ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,224 @@
+"""Run the red-team suite (tests/redteam/cases.py) through the real harness and print its table.
+
+    python tests/redteam/run.py [--hardware auto|cpu|h200] [--only NAME ...] [--json OUT.json]
+
+Each case is evaluated like a team's candidate (`evoteam.harness.executor.evaluate`, static scan OFF:
+the suite tests what holds without it) on two MLA workloads, then judged: caught, or LEAK. The host's
+side of every escape is checked here (files written, connections accepted, processes left running).
+Exit status 0 only when every case is caught. CI runs the CPU cases (tests/test_redteam.py); on a GPU
+host, scripts/gpu_integrity_report.sh OUT redteam runs the GPU's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path[:0] = [str(REPO), str(HERE)]
+
+from cases import CASES, WORKLOADS, Case, cases_for  # noqa: E402
+
+from evoteam import hardware  # noqa: E402
+from evoteam.harness.executor import evaluate  # noqa: E402
+from evoteam.harness.model import EvalRequest, Status  # noqa: E402
+from evoteam.task import load_task, select_workloads  # noqa: E402
+
+
+class Listener:
+    """A TCP listener on this machine's loopback that counts the connections it accepts."""
+
+    def __init__(self):
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(8)
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+        self.server.close()
+
+
+@dataclass
+class Context:
+    hw: object
+    scale: str
+    uuids: list[str]
+    delay_s: float
+    workdir: Path
+    token: str = field(default_factory=lambda: secrets.token_hex(6))
+    listener: Listener = field(default_factory=Listener)
+
+    @property
+    def secret_file(self) -> Path:
+        return self.workdir / "other-agent" / "notes.txt"
+
+    @property
+    def cache_file(self) -> Path:
+        root = os.environ.get("EVOTEAM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "evoteam")
+        return Path(root) / "baseline_timings.jsonl"
+
+    def close(self):
+        self.listener.close()
+
+
+def make_context(hardware_name: str = "auto", workdir: Path | None = None) -> Context:
+    hw = hardware.resolve(hardware_name)
+    scale = hw.problem_scale
+    task = load_task("mla_decode")
+    uuids = [w.uuid for w in select_workloads(task.scaled_workloads(scale), list(WORKLOADS))]
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="redteam-"))
+    ctx = Context(hw=hw, scale=scale, uuids=uuids, delay_s=0.002 if hw.is_gpu else 0.1, workdir=workdir)
+    ctx.secret_file.parent.mkdir(parents=True, exist_ok=True)
+    ctx.secret_file.write_text("secret notes of another agent\n")
+    return ctx
+
+
+@dataclass
+class Row:
+    case: str
+    cls: str
+    expect: str
+    statuses: list[str]
+    candidate_ms: list[float | None]
+    evidence: str
+    caught: bool
+    why: str
+
+    def line(self) -> str:
+        times = ", ".join("-" if t is None else f"{t:.3g}" for t in self.candidate_ms)
+        return (f"{self.case:<30} {self.cls:<19} {self.expect:<8} {'/'.join(self.statuses):<32} {times:<18} "
+                f"{'caught' if self.caught else 'LEAK':<7} {self.why}")
+
+
+def _escape_traces(case: Case, ctx: Context, accepted_before: int) -> list[str]:
+    traces = []
+    marker = f"redteam-{ctx.token}"
+    if "connections" in case.evidence and ctx.listener.accepted > accepted_before:
+        traces.append(f"{ctx.listener.accepted - accepted_before} connection(s) reached the host")
+    if "written_files" in case.evidence:
+        for folder in (REPO, Path.cwd(), Path("/tmp"), Path.home(), Path("/"), Path("/var/tmp"), Path("/dev/shm"),
+                       ctx.cache_file.parent):
+            if (folder / marker).exists():
+                traces.append(f"wrote {folder / marker}")
+                (folder / marker).unlink()
+    if "package_files" in case.evidence:
+        for path in (REPO / "evoteam").rglob(f"*redteam_{ctx.token}*"):
+            traces.append(f"wrote {path}")
+            path.unlink()
+    if "cache_file" in case.evidence and ctx.cache_file.is_file() and "1e6" in ctx.cache_file.read_text().replace(
+            "1000000.0", "1e6"):
+        traces.append(f"forged a line in {ctx.cache_file}")
+    if "processes" in case.evidence:
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="ignore")
+            except OSError:
+                continue
+            if marker in cmdline:
+                traces.append(f"process {proc.name} ({cmdline.split(chr(0))[0]}) outlived the evaluation")
+                try:
+                    os.kill(int(proc.name), signal.SIGKILL)
+                except OSError:
+                    pass
+    return traces
+
+
+def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
+    path = ctx.workdir / f"{case.name}.py"
+    path.write_text(case.source(ctx.delay_s, ctx.token, ctx.listener.port, str(ctx.secret_file), str(ctx.cache_file)))
+    accepted_before = ctx.listener.accepted
+    request = EvalRequest(task="mla_decode", hardware=ctx.hw.name, solution=str(path), workloads=ctx.uuids,
+                          scale=ctx.scale, warmup=1, reps=reps or (10 if ctx.hw.is_gpu else 3), static_scan=False,
+                          second_figure=False, workload_timeout_s=case.timeout_s,
+                          memory_limit_gib=32 if ctx.hw.is_gpu else 4)
+    outcome = evaluate(request)
+    time.sleep(0.5)  # a process that escaped would still be there
+    results = outcome.results
+    statuses = [str(r.status) for r in results]
+    times = [r.candidate_ms for r in results]
+    won = [r.status is Status.PASSED and r.candidate_ms is not None and r.candidate_ms < 500 * ctx.delay_s
+           for r in results]
+    traces = _escape_traces(case, ctx, accepted_before) if case.evidence else []
+    if case.expect == "fail":
+        caught = all(r.status is not Status.PASSED for r in results)
+        why = "every workload failed or was flagged" if caught else "a workload passed"
+    elif case.expect == "fault":
+        caught = statuses[0] in case.statuses and results[1].status is Status.PASSED
+        why = (f"the fault stayed with its workload ({statuses[0]}); the next passed" if caught else
+               f"expected {'/'.join(case.statuses)} then PASSED")
+    else:
+        caught = not any(won) and not traces
+        why = "; ".join(traces) if traces else ("timed at or above its honest cost, or failed" if caught else
+                                                f"PASSED under its honest cost ({ctx.delay_s * 1e3:g} ms)")
+    return Row(case.name, case.cls, case.expect, statuses, times, "; ".join(traces) or "-", caught, why)
+
+
+def table(rows: list[Row]) -> str:
+    head = (f"{'case':<30} {'class':<19} {'expect':<8} {'statuses':<32} {'candidate ms':<18} {'verdict':<7} why")
+    caught = sum(r.caught for r in rows)
+    classes = sorted({r.cls for r in rows})
+    return "\n".join([head, "-" * len(head), *(r.line() for r in rows),
+                      f"{caught}/{len(rows)} caught across {len(classes)} classes ({', '.join(classes)})"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hardware", default="auto")
+    p.add_argument("--only", nargs="*", default=[])
+    p.add_argument("--json", type=Path)
+    p.add_argument("--reps", type=int)
+    args = p.parse_args(argv)
+    ctx = make_context(args.hardware)
+    device = "cuda" if ctx.hw.is_gpu else "cpu"
+    cases = [c for c in cases_for(device) if not args.only or c.name in args.only]
+    unknown = set(args.only) - {c.name for c in CASES}
+    if unknown:
+        print(f"unknown case(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    print(f"red team: {len(cases)} cases on {ctx.hw.name} ({ctx.scale} scale, workloads "
+          f"{', '.join(u[:8] for u in ctx.uuids)}; honest cost {ctx.delay_s * 1e3:g} ms per call)", flush=True)
+    rows = []
+    try:
+        for case in cases:
+            t0 = time.monotonic()
+            row = run_case(case, ctx, args.reps)
+            rows.append(row)
+            print(f"{row.line()}  [{time.monotonic() - t0:.0f} s]", flush=True)
+    finally:
+        ctx.close()
+    print()
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    return 0 if all(r.caught for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

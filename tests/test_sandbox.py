@@ -1,0 +1,107 @@
+"""The runner's sandbox on its own (evoteam.harness.sandbox): what a process inside sees, what it
+can write, reach and leave behind."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evoteam.harness import sandbox
+from evoteam.harness.sandbox import SandboxedProcess, SandboxSpec, SandboxUnavailable
+
+REPO = Path(__file__).resolve().parent.parent
+
+PROBE = r'''
+import json, os, socket, sys
+out = {"uid": os.getuid(), "pid": os.getpid(), "interfaces": sorted(n for _, n in socket.if_nameindex())}
+def can_write(folder):
+    try:
+        with open(os.path.join(folder, "probe.txt"), "w") as f:
+            f.write("x")
+        return "ok"
+    except OSError as exc:
+        return exc.strerror
+for label, folder in {"scratch": "/scratch", "tmp": "/tmp", "root": "/", "package": sys.argv[1],
+                      "checkout": sys.argv[2], "candidate": "/candidate"}.items():
+    out["write_" + label] = can_write(folder)
+out["kernels_visible"] = os.path.exists(os.path.join(sys.argv[2], "kernels"))
+out["home"] = os.environ.get("HOME")
+out["env_keys"] = sorted(os.environ)
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=2).close()
+    out["connect"] = "connected"
+except OSError as exc:
+    out["connect"] = exc.strerror or str(exc)
+if os.fork() == 0:  # a detached grandchild that would outlive its parent
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", ["sleep-" + sys.argv[4], "600"])
+    os._exit(0)
+os.wait()
+print("PROBE " + json.dumps(out), flush=True)
+'''
+
+
+def _available():
+    caps = sandbox.capabilities()
+    if caps.missing():
+        pytest.skip("no sandbox here: " + "; ".join(caps.missing()))
+
+
+def test_what_a_sandboxed_process_sees_and_can_do(tmp_path):
+    _available()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    scratch, cache = tmp_path / "scratch", tmp_path / "cache"
+    scratch.mkdir()
+    cache.mkdir()
+    os.chmod(scratch, 0o777)
+    candidate = tmp_path / "cand.py"
+    candidate.write_text("x = 1\n")
+    token = f"sbx{os.getpid()}"
+    spec = SandboxSpec(scratch=scratch, cache=cache, candidate=candidate, device="cpu", memory_bytes=2 << 30,
+                       max_pids=64)
+    os.environ["EVOTEAM_TEST_SECRET"] = "the judge's"
+    proc = SandboxedProcess([sys.executable, "-c", PROBE, str(REPO / "evoteam"), str(REPO), str(port), token],
+                            spec, [], tmp_path / "log.txt")
+    assert proc.proc.wait(timeout=60) == 0, proc.logs()
+    line = next(x for x in proc.logs().splitlines() if x.startswith("PROBE "))
+    seen = json.loads(line.removeprefix("PROBE "))
+    assert seen["uid"] == 65534 and seen["pid"] < 10  # an unprivileged user in its own PID namespace
+    assert seen["interfaces"] == ["lo"] and seen["connect"] != "connected"
+    assert seen["write_scratch"] == "ok" and seen["write_tmp"] == "ok"
+    for place in ("root", "package", "checkout", "candidate"):
+        assert seen[f"write_{place}"] in ("Read-only file system", "Permission denied"), (place, seen)
+    assert not seen["kernels_visible"]  # the task's reference is not there to read
+    assert "EVOTEAM_TEST_SECRET" not in seen["env_keys"] and seen["home"] == "/scratch/home"
+    assert not (REPO / "probe.txt").exists() and not (REPO / "evoteam" / "probe.txt").exists()
+    proc.close()  # ends what the runner left: the detached grandchild too
+    time.sleep(0.3)
+    left = subprocess.run(["pgrep", "-f", f"sleep-{token}"], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes outlived the sandbox: {left}"
+    server.close()
+
+
+def test_a_missing_layer_refuses_a_strict_evaluation_and_is_recorded_when_weak(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOTEAM_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox.capabilities.cache_clear()
+    try:
+        spec = SandboxSpec(scratch=tmp_path, cache=None, candidate=None, device="cpu", memory_bytes=1 << 30,
+                           max_pids=64)
+        with pytest.raises(SandboxUnavailable, match="harness.sandbox=weak"):
+            SandboxedProcess([sys.executable, "-c", "pass"], spec, [], tmp_path / "log.txt")
+        spec.mode = "weak"
+        proc = SandboxedProcess([sys.executable, "-c", "pass"], spec, [], tmp_path / "log.txt")
+        assert proc.proc.wait(timeout=60) == 0
+        assert proc.record["mode"].startswith("weak: no namespaces")
+        proc.close()
+    finally:
+        sandbox.capabilities.cache_clear()
