@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PIP_ARGS ?=
 ARGS   ?=
 
-.PHONY: run test lint browser
+.PHONY: run test lint browser sandbox
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q $(PIP_ARGS) "$(TORCH)" -e ".[dev]"
@@ -17,14 +17,22 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q "pydantic>=2" "docstring-parser>=0.16" "safetensors>=0.5"
 	touch $@
 
-run: $(VENV)/.installed
+run: $(VENV)/.installed sandbox
 	$(PY) -m evoteam $(ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
-test: lint
+test: lint sandbox
 	$(PY) -m pytest $(ARGS)
+
+# bubblewrap, the sandbox every candidate runs in (evoteam/harness/sandbox.py): Debian's package, installed
+# as root where it is missing; without it an evaluation refuses to run (or runs with executor.sandbox=weak).
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "make sandbox: bubblewrap is missing; install it (sudo apt-get install bubblewrap)"; fi; }
 
 # Headless Chromium for the MLflow UI test (tests/test_mlflow_server.py skips without it): Debian's
 # package, installed as root where it is missing; nothing downloads a browser build of its own.

@@ -3,8 +3,10 @@
 # harness change, each comparison side by side in one run:
 #   probe    the split harness's building blocks (scripts/harness_probe.py): the sandbox, device memory
 #            shared across PID namespaces, intervals timed by the judge, escaped work, faults
+#   smoke    the champion on two MLA workloads, few rounds: does the harness run here at all
 #   mla      the MLA champion vs FlashInfer 0.5.3 (plan cached) on the 47 workloads: graph replay (the
-#            first run compiles), then events; the wall time of each evaluation (walls.txt)
+#            first run compiles), then events; MLA_WARM_GRAPH=1 adds graph again, warm; the wall time of each
+#            evaluation (walls.txt)
 #   kda      the KDA chunk kernel vs fla-core's Triton chunk_kda on 4 workloads (1k-16k tokens, both
 #            gates): events, then graph replay; fla's autotuning saved in autotune.tgz (AUTOTUNE_IN
 #            restores it, e.g. from a copy carried in the ignored .device-cache/)
@@ -51,18 +53,23 @@ for part in $parts; do
     probe)
       timeout 300 python3 scripts/harness_probe.py --bwrap "$(command -v bwrap)" --json "$out/probe.json" 2>&1 \
         | tee -a "$log" ;;
+    smoke)
+      timeout 240 python3 -m evoteam.bench "$champion" --task mla_decode --baseline flashinfer --label champion \
+        --workloads 00cb2bc2 5bef8d88 --warmup 1 --reps 5 2>&1 | tee -a "$log" ;;
     mla)
       mla=(--task mla_decode --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached
            --label champion)
       timed mla_graph_first "$champion" "${mla[@]}" --timing graph --json "$out/mla_graph.json"
-      timed mla_events "$champion" "${mla[@]}" --timing events --json "$out/mla_events.json" ;;
+      timed mla_events "$champion" "${mla[@]}" --timing events --json "$out/mla_events.json"
+      [ -n "${MLA_WARM_GRAPH:-}" ] && timed mla_graph_warm "$champion" "${mla[@]}" --timing graph \
+        --json "$out/mla_graph_warm.json" ;;
     kda)
       kda=(--task kda_prefill --baseline fla --warmup 3 --reps 20 --label chunk --workloads $kda_workloads)
       timed kda_events "$kda_kernel" "${kda[@]}" --timing events --json "$out/kda_events.json"
       timed kda_graph "$kda_kernel" "${kda[@]}" --timing graph --json "$out/kda_graph.json"
       (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' | tar czf "$out/autotune.tgz" -T -) ;;
     redteam)
-      python3 -m tests.redteam --task mla_decode --scale full --json "$out/redteam.json" 2>&1 | tee -a "$log" ;;
+      python3 tests/redteam/run.py --hardware auto --json "$out/redteam.json" 2>&1 | tee -a "$log" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

@@ -57,9 +57,8 @@ from evoteam.harness.shared import FlagPage
 from evoteam.schema import append_journal
 from evoteam.task import load_task
 
-TARGET_BATCH_MS = 0.25  # work per batch: the protocol's ~10-30 us are then a few percent, then subtracted
-MAX_SETS = 16
-VERIFY_BUDGET_S = 0.15  # per workload: the full check of timed calls picked at random (all where cheap)
+MAX_SETS = 16  # calls per batch in graph mode (fewer where the task's pool or the memory budget holds fewer)
+VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at random (all where cheap)
 MIN_VERIFIED = 8
 SECOND_FIGURE_ROUNDS = 8
 DISAGREE_REL, DISAGREE_ABS_MS = 0.25, 0.002  # judge vs runner device time, per call
@@ -115,6 +114,7 @@ class Judge:
         self.kernel_names: list[str] | None = None
         self.own_kernels: list[str] = []
         self.cache = BaselineCache()
+        self.phase_s: dict[str, float] = {}  # where the evaluation's time went (logged at the end)
         self.flusher = None
         if hw.is_gpu:
             torch.cuda.init()
@@ -166,6 +166,7 @@ class Judge:
                 results.append(result)
                 self.on_result(result)
         finally:
+            self.logs.append("judge time by phase: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.phase_s.items()))
             self._close_runners()
             shutil.rmtree(self.workdir, ignore_errors=True)
         return EvalResult(results=results, restarts=self.restarts, log_tail="\n".join(self.logs)[-16000:],
@@ -183,8 +184,9 @@ class Judge:
         env = dict(self.hw.env)
         if self.hw.is_gpu:
             env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        # The trusted runner has no memory limit of the candidate's (its library may compile, say).
         return SandboxSpec(scratch=workdir, cache=cache, candidate=candidate, device=self.device,
-                           memory_bytes=int(self.request.memory_limit_gib * (1 << 30)),
+                           memory_bytes=0 if trusted else int(self.request.memory_limit_gib * (1 << 30)),
                            max_pids=self.request.process_limit, env=env, trusted=trusted, mode=self.request.sandbox)
 
     def _start(self, kind: str) -> RunnerHandle:
@@ -275,17 +277,25 @@ class Judge:
         deadline = time.monotonic() + self.request.workload_timeout_s
         sides: dict[str, CallSets] = {}
         try:
+            t = time.perf_counter()
             cand = self._candidate_runner()
+            t = self._phase("runner start", t)
             max_sets = 1 if not self.hw.is_gpu else min(MAX_SETS, self.task.max_sets(workload))
             sides["candidate"] = self._call_sets(workload, max_sets)
             self._bind(cand, sides["candidate"], deadline)
+            t = self._phase("buffers", t)
             check = self._checks(cand, sides["candidate"], workload, index, deadline)
+            self._phase("checks", t)
             result = WorkloadResult(uuid=uuid, status=Status.PASSED if check.passed else Status(check.failure.check),
                                     detail=check.summary(), correctness=check.to_correctness().to_json(),
                                     calls_checked=check.trials)
             if not check.passed or self.request.check_only:
                 return result
-            return self._timing(result, sides, workload, index, deadline, cand)
+            t = time.perf_counter()
+            try:
+                return self._timing(result, sides, workload, index, deadline, cand)
+            finally:
+                self._phase("timing", t)
         except RunnerFault as fault:
             self._fault(self.candidate)
             return WorkloadResult(uuid=uuid, status=fault.status, detail=fault.detail)
@@ -321,6 +331,11 @@ class Judge:
         if not reply.get("ok"):
             status = Status(reply.get("status", "exception"))
             raise RunnerFault(status, f"binding the workload's buffers failed: {reply.get('detail', '')}")
+
+    def _phase(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.phase_s[name] = self.phase_s.get(name, 0.0) + now - since
+        return now
 
     def _next_batch(self) -> int:
         self.batch_no += 1
@@ -443,9 +458,9 @@ class Judge:
         mode = TimingMode.wallclock if not self.hw.is_gpu else TimingMode(request.timing_mode)
         if self.baseline_info.get("timing_mode_override") and self.hw.is_gpu:
             mode = TimingMode.wallclock  # the baseline does host work per call: both sides launched by their hosts
-        per_call_ms = (self.check_ms if math.isfinite(self.check_ms) else 1.0)
-        n = 1 if mode is not TimingMode.graph else max(1, min(calls_c.n_sets, math.ceil(TARGET_BATCH_MS / max(
-            per_call_ms, 1e-3))))
+        # A batch holds as many calls as there are input sets: the protocol's jitter (tens of microseconds
+        # on an H200 with two calls per batch, 2026-12-01) is then divided by up to MAX_SETS.
+        n = 1 if mode is not TimingMode.graph else calls_c.n_sets
         label_mode = mode.value
         if mode is TimingMode.graph:
             failed = []

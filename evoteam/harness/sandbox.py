@@ -134,12 +134,12 @@ class Cgroup:
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
         if version == "v2":
-            (self.dirs[0] / "memory.max").write_text(str(memory_bytes))
+            (self.dirs[0] / "memory.max").write_text(str(memory_bytes) if memory_bytes else "max")
             (self.dirs[0] / "memory.swap.max").write_text("0") if (self.dirs[0] / "memory.swap.max").exists() else None
             (self.dirs[0] / "pids.max").write_text(str(max_pids))
         else:
             for d in self.dirs:
-                if d.parts[-3] == "memory":
+                if d.parts[-3] == "memory" and memory_bytes:
                     (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
                 elif d.parts[-3] == "pids":
                     (d / "pids.max").write_text(str(max_pids))
@@ -169,24 +169,22 @@ class Cgroup:
         return ""
 
     def freeze(self, frozen: bool) -> None:
-        """Stop (or resume) every process in the cgroup, and wait until it is so."""
+        """Stop every process in the cgroup and wait until they are stopped; or let them go on (no
+        wait: the runner answers nothing before it runs again)."""
         if self.version == "v2":
             (self.dirs[0] / "cgroup.freeze").write_text("1" if frozen else "0")
-            want = f"frozen {1 if frozen else 0}"
-            for _ in range(500):
-                if want in (self.dirs[0] / "cgroup.events").read_text():
-                    return
-                time.sleep(0.002)
+            check, want = self.dirs[0] / "cgroup.events", "frozen 1"
+        else:
+            freezer = next((d for d in self.dirs if d.parts[-3] == "freezer"), None)
+            if freezer is None:
+                raise OSError("no freezer hierarchy")
+            (freezer / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+            check, want = freezer / "freezer.state", "FROZEN"
+        if not frozen:
             return
-        freezer = next((d for d in self.dirs if d.parts[-3] == "freezer"), None)
-        if freezer is None:
-            raise OSError("no freezer hierarchy")
-        (freezer / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
-        for _ in range(500):
-            state = (freezer / "freezer.state").read_text().strip()
-            if state == ("FROZEN" if frozen else "THAWED"):
-                return
-            time.sleep(0.002)
+        deadline = time.monotonic() + 5
+        while want not in check.read_text() and time.monotonic() < deadline:
+            time.sleep(0.0002)
 
     def kill(self) -> None:
         if self.version == "v2" and (self.dirs[0] / "cgroup.kill").exists():
@@ -383,7 +381,8 @@ class SandboxedProcess:
             try:
                 name = f"runner-{os.getpid()}-{time.monotonic_ns()}"
                 self.cgroup = Cgroup(caps.cgroup, name, spec.memory_bytes, spec.max_pids)
-                self.record["cgroup"] = f"{caps.cgroup}: memory {spec.memory_bytes >> 20} MiB, {spec.max_pids} pids"
+                memory = f"{spec.memory_bytes >> 20} MiB" if spec.memory_bytes else "no limit"
+                self.record["cgroup"] = f"{caps.cgroup}: memory {memory}, {spec.max_pids} pids"
             except OSError as exc:
                 if spec.mode != "weak" and not spec.trusted:
                     raise SandboxUnavailable(f"cannot create the runner's cgroup: {exc}; accept a weaker sandbox "

@@ -98,6 +98,7 @@ class Arena:
             from evoteam.harness import cudadrv
 
             mapping = cudadrv.allocate(nbytes, self.device_index)
+            nbytes = mapping.size  # rounded to the allocation granularity: what a runner maps
             base = cudadrv.byte_tensor(mapping.ptr, mapping.size, self.device_index)
             fd = cudadrv.export_fd(mapping)
             handle: object = mapping
@@ -203,6 +204,19 @@ class MappedBuffers:
 
     def tensor(self, ref: TensorRef) -> torch.Tensor:
         return _view(self.bases[ref.buffer], ref)
+
+    def close(self) -> None:
+        """Unmap everything (the caller has dropped every tensor made from these buffers)."""
+        self.bases.clear()
+        for handle in self._keep:
+            if isinstance(handle, mmap.mmap):
+                try:
+                    handle.close()
+                except BufferError:
+                    pass  # a view still exists: the mapping goes with the process
+            else:
+                handle.release()  # type: ignore[attr-defined]
+        self._keep.clear()
 
 
 def _readonly_tensor(mm: mmap.mmap) -> torch.Tensor:
