@@ -9,10 +9,10 @@
 # 2. "pip install /src[cuda]": the wheels of the cuda extra, at the versions pyproject.toml pins, and
 #    evoteam laid out as its wheel is (package + kernels/, hardware/, conf/ under evoteam/_data) in a
 #    fresh site folder; everything is imported from there, not from the checkout
-# 3. the image's build check (python -c "import evoteam.worker, ..., flashinfer") and the baselines
-#    the harness finds there
-# 4. one evaluation through the isolated worker with the environment executor=docker gives a worker
-#    container (caches redirected as evoteam.container.CACHE_ENV says)
+# 3. the image's build check (python -c "import evoteam.harness.judge, ..., flashinfer") and the
+#    baselines the harness finds there
+# 4. one evaluation through the harness with the environment executor=docker gives its judge
+#    container (caches redirected as evoteam.harness.container.CACHE_ENV says)
 # 5. the GPU tests: pytest -m gpu tests/test_gpu.py, run from outside the checkout
 # Not replayed (needs a registry or the network): pulling the base image, cloning and building
 # FlashKDA, vLLM; the pure-Python dependencies (tracking, LLM) that the CPU CI covers.
@@ -80,10 +80,11 @@ sys.exit(1 if bad else 0)
 EOF
 
 step "3. the image's build check, and what the harness finds there"
-$PY -c "import evoteam.worker, evoteam.evaluate, evoteam.container, evoteam.config, torch, triton, flashinfer, fla.ops.kda; print('imports ok; evoteam from', evoteam.worker.__file__)" \
+$PY -c "import evoteam.harness.judge, evoteam.harness.runner, evoteam.harness.container, evoteam.config, torch, triton, flashinfer, fla.ops.kda; print('imports ok; evoteam from', evoteam.harness.judge.__file__)" \
   || fail "imports"
 $PY - <<'EOF' || fail "baselines"
-from evoteam import baselines, hardware, resources
+from evoteam import hardware, resources
+from evoteam.harness import baselines
 from evoteam.task import load_task
 hw = hardware.resolve("auto")
 print(f"  target {hw.name}; data from {resources.data_root()}")
@@ -96,13 +97,15 @@ assert avail == "available", avail
 assert baselines.availability(load_task("kda_prefill"), hw)["fla"] == "available"
 EOF
 
-step "4. one evaluation in a worker with the container's environment (executor=docker)"
+step "4. one evaluation by the harness with the container's environment (executor=docker)"
 $PY - "$WORK" <<'EOF' || fail "evaluation with the container's environment"
 import sys, time
 from pathlib import Path
-from evoteam import container, hardware
+from evoteam import hardware
+from evoteam.harness import container
+from evoteam.harness.executor import LocalExecutor, evaluate
+from evoteam.harness.model import EvalRequest
 from evoteam.task import load_task
-from evoteam.worker import EvalRequest, evaluate_isolated
 work = Path(sys.argv[1])
 env = {k: v.replace(container.CACHE_DIR, str(work / "cache")) for k, v in container.CACHE_ENV.items()}
 env["HOME"] = str(work / "home")
@@ -111,7 +114,7 @@ task = load_task("mla_decode")
 request = EvalRequest(task="mla_decode", hardware=hardware.resolve("auto").name, solution=str(task.seed_kernel_path),
                       workloads=[task.workloads[0].uuid], baseline="flashinfer", warmup=3, reps=10)
 start = time.monotonic()
-(r,) = evaluate_isolated(request, timeout_s=300, extra_env=env).results
+(r,) = evaluate(request, timeout_s=300, executor=LocalExecutor(extra_env=env)).results
 print(f"  {r.status} baseline {r.baseline} {r.baseline_ms} ms, candidate {r.candidate_ms} ms "
       f"({time.monotonic() - start:.0f} s); {r.detail[:200]}")
 cached = sorted(p.relative_to(work) for p in (work / "cache").glob("*/*"))[:8]

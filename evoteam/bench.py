@@ -53,7 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="write the full report here")
     p.add_argument("--label", default=None, help="the candidate's name in the table and traces")
     p.add_argument("--executor", choices=["local", "docker"], default="local",
-                   help="worker processes here (default), or in the target's container through the Docker API")
+                   help="the judge on this machine (default), or in the target's container through the Docker API")
     p.add_argument("--image", help="--executor docker: the image (default: the target's, hardware/<name>.yaml)")
     p.add_argument("--docker-host", help="--executor docker: the engine's address (default: DOCKER_HOST)")
     return p.parse_args(argv)
