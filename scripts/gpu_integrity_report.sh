@@ -11,6 +11,10 @@
 #            gates): events, then graph replay; fla's autotuning saved in autotune.tgz (AUTOTUNE_IN
 #            restores it, e.g. from a copy carried in the ignored .device-cache/)
 #   redteam  the red-team suite (tests/redteam) on the GPU at full scale: one table
+#   mla_before, kda_before   the mla and kda parts with the harness before issue 18 (commit 151394c), from a
+#            tree made here first and carried ($BEFORE, default .before, ignored by git):
+#              mkdir -p .before && git archive 151394c evoteam kernels hardware conf pyproject.toml | tar -x -C .before
+#            run them in the same call as mla / kda, so that before and after share the machine and fla's tuning
 # Usage from the repository root: bash scripts/gpu_integrity_report.sh OUT_DIR [probe|mla|kda|redteam ...]
 # Needs flashinfer-python and fla-core (pip install -e .[cuda], or the wheels of
 # ../shared/device/fetch_wheels.sh in .whl) and bubblewrap (bwrap on PATH, or its Debian packages in
@@ -41,11 +45,14 @@ echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>
 champion=kernels/mla_decode/flashdecode_champion.py
 kda_kernel=kernels/kda_prefill/chunk_triton.py
 kda_workloads="15208288 efbdc890 df87a189 8cfd1d8d"
-timed() {  # $1: name; the rest: evoteam.bench arguments. Appends "<name> <seconds>" to walls.txt
-  local name=$1 t0
+before=${BEFORE:-.before}
+timed() {  # $1: name; the rest: evoteam.bench arguments. Appends "<name> <seconds>" to walls.txt; a name
+           # ending in _before runs the harness of $before
+  local name=$1 t0 path=$PYTHONPATH
   shift
+  case $name in *_before) path=$PWD/$before${PYTHONPATH:+:$PYTHONPATH} ;; esac
   t0=$(date +%s%N)
-  python3 -m evoteam.bench "$@" 2>&1 | grep --line-buffered -v '^\[' | tee -a "$log"
+  PYTHONPATH=$path python3 -m evoteam.bench "$@" 2>&1 | grep --line-buffered -v '^\[' | tee -a "$log"
   echo "wall $name $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$out/walls.txt" "$log"
 }
 for part in $parts; do
@@ -63,10 +70,16 @@ for part in $parts; do
       timed mla_events "$champion" "${mla[@]}" --timing events --json "$out/mla_events.json"
       [ -n "${MLA_WARM_GRAPH:-}" ] && timed mla_graph_warm "$champion" "${mla[@]}" --timing graph \
         --json "$out/mla_graph_warm.json" ;;
-    kda)
+    mla_before)
+      mla=(--task mla_decode --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached
+           --label champion)
+      timed mla_graph_before "$champion" "${mla[@]}" --timing graph --json "$out/mla_graph_before.json"
+      timed mla_events_before "$champion" "${mla[@]}" --timing events --json "$out/mla_events_before.json" ;;
+    kda|kda_before)
+      suffix=${part#kda}
       kda=(--task kda_prefill --baseline fla --warmup 3 --reps 20 --label chunk --workloads $kda_workloads)
-      timed kda_events "$kda_kernel" "${kda[@]}" --timing events --json "$out/kda_events.json"
-      timed kda_graph "$kda_kernel" "${kda[@]}" --timing graph --json "$out/kda_graph.json"
+      timed "kda_events$suffix" "$kda_kernel" "${kda[@]}" --timing events --json "$out/kda_events$suffix.json"
+      timed "kda_graph$suffix" "$kda_kernel" "${kda[@]}" --timing graph --json "$out/kda_graph$suffix.json"
       (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' | tar czf "$out/autotune.tgz" -T -) ;;
     redteam)
       python3 tests/redteam/run.py --hardware auto --json "$out/redteam.json" 2>&1 | tee -a "$log" ;;
