@@ -23,7 +23,13 @@ def test_cfg_job_composes_target_task_and_budget(evoteam_cli, tmp_path):
     assert cfg["task"]["name"] == "kda_prefill"
     assert cfg["budget"]["mode"] == "extra"
     assert cfg["team"]["preset"] == "evolving" and cfg["llm"]["provider"] == "offline"
+    # GPUs time device work by default (graph); every mode composes, and the sandbox is strict unless asked
+    assert cfg["timing_mode"] == "graph" and cfg["executor"]["sandbox"] == "strict"
     assert not list(tmp_path.iterdir()), "printing the config must not create run folders"
+    for mode in ("graph", "events", "wallclock"):
+        other = evoteam_cli("--cfg", "job", f"timing_mode={mode}", "executor.sandbox=weak", cwd=tmp_path)
+        assert other.returncode == 0, other.stderr
+        assert yaml.safe_load(other.stdout)["timing_mode"] == mode
 
 
 @pytest.mark.parametrize(
@@ -38,6 +44,7 @@ def test_cfg_job_composes_target_task_and_budget(evoteam_cli, tmp_path):
         ("task.nope=1", "unknown key 'task.nope'; allowed keys here: name, workloads, scale, check_trials, baseline"),
         ("+task.nope=1", "unknown key 'task.nope'"),
         ("foo=bar", "unknown key 'foo'; allowed keys here: timing_mode"),
+        ("executor.sandbox=none", "executor.sandbox=none is not valid; expected one of strict, weak"),
         ("hardware.name=xx", "hardware.name=xx is not a known target"),
         ("task.scale=medium", "task.scale=medium is not valid; expected one of full, small"),
         ("task.check_trials=0", "task.check_trials=0 is not valid; expected a positive integer"),

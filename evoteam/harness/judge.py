@@ -182,6 +182,10 @@ class Judge:
     # ------------------------------------------------------------------ runners
     def _spec(self, trusted: bool, workdir: Path, cache: Path | None, candidate: Path | None) -> SandboxSpec:
         env = dict(self.hw.env)
+        # The same thread settings for both sides (the candidate's environment is otherwise empty, the
+        # baseline's the judge's): what either gets, the other gets too.
+        threads = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count() or 1)
+        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
         if self.hw.is_gpu:
             env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
         # The trusted runner has no memory limit of the candidate's (its library may compile, say).
@@ -213,7 +217,7 @@ class Judge:
     def _candidate_runner(self) -> RunnerHandle:
         if self.candidate is None:
             handle = self._start("candidate")
-            self.sandbox_record = handle.record
+            self.sandbox_record = {**handle.record, "threads": os.environ.get("OMP_NUM_THREADS") or os.cpu_count()}
             path = f"/candidate/{Path(self.request.solution).name}" if handle.record.get("tool") else \
                 str(Path(self.request.solution).resolve())
             reply = handle.ask({"op": "load", "kind": "candidate", "path": path, "entry": self.request.entry},
