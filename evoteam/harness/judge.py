@@ -464,7 +464,7 @@ class Judge:
             mode = TimingMode.wallclock  # the baseline does host work per call: both sides launched by their hosts
         # A batch holds as many calls as there are input sets: the protocol's jitter (tens of microseconds
         # on an H200 with two calls per batch, 2026-12-01) is then divided by up to MAX_SETS.
-        n = 1 if mode is not TimingMode.graph else calls_c.n_sets
+        n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
         label_mode = mode.value
         if mode is TimingMode.graph:
             failed = []
