@@ -77,8 +77,11 @@ def test_what_a_sandboxed_process_sees_and_can_do(tmp_path):
     assert seen["uid"] == 65534 and seen["pid"] < 10  # an unprivileged user in its own PID namespace
     assert seen["interfaces"] == ["lo"] and seen["connect"] != "connected"
     assert seen["write_scratch"] == "ok" and seen["write_tmp"] == "ok"
-    for place in ("root", "package", "checkout", "candidate"):
+    for place in ("root", "package", "candidate"):
         assert seen[f"write_{place}"] in ("Read-only file system", "Permission denied"), (place, seen)
+    # The checkout is not there at all: a write at its path (possible where it lies under /tmp, the
+    # sandbox's own memory) lands nowhere on the host.
+    assert not (REPO / "probe.txt").exists() and not (REPO / "evoteam" / "probe.txt").exists()
     assert not seen["kernels_visible"]  # the task's reference is not there to read
     assert "EVOTEAM_TEST_SECRET" not in seen["env_keys"] and seen["home"] == "/scratch/home"
     assert not (REPO / "probe.txt").exists() and not (REPO / "evoteam" / "probe.txt").exists()
