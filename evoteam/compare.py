@@ -8,7 +8,7 @@ the table (markdown and CSV) and plots as artifacts.
     python -m evoteam.compare --tracking-uri http://mlflow.example:5000 --experiment evoteam --no-log
 
 A multirun (`python -m evoteam -m budget=equal,extra team=single,fixed4,evolving`) ends with this
-comparison of its own jobs (Hydra callback `evoteam.tracking.SweepSummary`). Several runs of the
+comparison of its own jobs (the Hydra callback `SweepSummary` below). Several runs of the
 same cell are combined: speedups by geometric mean, wins and tokens by mean. Bad input (no such
 store, experiment or runs): one line on stderr, exit code 2.
 """
@@ -27,10 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evoteam.errors import UserError
-from evoteam.tracking import KIND, SWEEP, check_reachable, load_mlflow, pyplot, resolve_uri, save_axes, sqlite_path
+from evoteam.tracking.plots import pyplot, save_axes
+from evoteam.tracking.store import (
+    DEFAULT_EXPERIMENT,
+    DEFAULT_URI,
+    KIND,
+    SWEEP,
+    check_reachable,
+    load_mlflow,
+    resolve_uri,
+    sqlite_path,
+)
 
-DEFAULT_URI = "sqlite:///evoteam-mlflow.db"
-DEFAULT_EXPERIMENT = "evoteam"
 MODES = ("equal", "extra")
 TEAM_ORDER = {"single": 0, "fixed4": 1, "evolving": 2}
 EXIT_BAD_INPUT = 2
@@ -324,6 +332,30 @@ def _log_summary(client, experiment_id: str, sweep_id: str | None, runs: list[Ru
         raise
     client.set_terminated(rid, "FINISHED")
     return rid
+
+
+try:  # Hydra is always there for the CLI; the callback base class is a plain class without it
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover
+    _HydraCallback = object
+
+
+class SweepSummary(_HydraCallback):
+    """Hydra callback: at the end of a multirun, compare the sweep's runs (equal vs extra budget per
+    team preset, hardware and task) and log the summary run. Configured in conf/config.yaml."""
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        tracking = config.get("tracking")
+        if tracking is None or getattr(tracking.get("backend"), "value", tracking.get("backend")) != "mlflow":
+            return
+        sweep = Path(str(config.hydra.sweep.dir)).name
+        try:
+            compare(tracking.tracking_uri, tracking.experiment, sweep_id=sweep)
+        except CompareError as exc:
+            print(f"evoteam: no sweep summary: {exc}", file=sys.stderr, flush=True)
+        except Exception as exc:  # the jobs' results are safe in MLflow; a summary can be made later
+            print(f"evoteam: no sweep summary ({type(exc).__name__}: {exc}); run python -m evoteam.compare "
+                  f"--sweep-id {sweep}", file=sys.stderr, flush=True)
 
 
 class _Parser(argparse.ArgumentParser):

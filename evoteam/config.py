@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from evoteam.harness.model import TimingMode
+from evoteam.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_URI
 
 GROUPS = ("hardware", "task", "budget", "team", "llm", "executor", "tracking")
 
@@ -110,8 +111,8 @@ class ExecutorConfig:
 @dataclass
 class TrackingConfig:
     backend: TrackingBackend = TrackingBackend.mlflow
-    tracking_uri: str = "sqlite:///evoteam-mlflow.db"
-    experiment: str = "evoteam"
+    tracking_uri: str = DEFAULT_URI
+    experiment: str = DEFAULT_EXPERIMENT
 
 
 @dataclass

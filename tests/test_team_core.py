@@ -2,8 +2,9 @@
 
 import pytest
 
+from evoteam.llm import Usage
 from evoteam.team import presets
-from evoteam.team.budget import BudgetExceeded, Ledger, Usage, token_budget
+from evoteam.team.budget import BudgetExceeded, Ledger, token_budget
 from evoteam.team.progress import progress_of
 from evoteam.team.spec import RoleSpec, SpecError, TeamSpec
 from evoteam.team.supervisor import Supervisor, rule_based_redesign, stalled, verdict

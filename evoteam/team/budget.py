@@ -6,36 +6,9 @@ is allowed may not ask for more output than `max_output_tokens`."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-
-@dataclass
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_usd: float = 0.0
-    calls: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def add(self, other: Usage) -> None:
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.cached_tokens += other.cached_tokens
-        self.reasoning_tokens += other.reasoning_tokens
-        self.cost_usd += other.cost_usd
-        self.calls += other.calls
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "total_tokens": self.total_tokens}
-
-    @classmethod
-    def from_json(cls, obj: dict) -> Usage:
-        return cls(**{k: v for k, v in obj.items() if k != "total_tokens"})
+from evoteam.llm import Usage
 
 
 class BudgetExceeded(Exception):

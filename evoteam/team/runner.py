@@ -22,7 +22,8 @@ from pathlib import Path
 
 from evoteam.harness.executor import evaluate as harness_evaluate
 from evoteam.harness.model import WorkloadResult
-from evoteam.team.budget import BudgetExceeded, Ledger, Usage
+from evoteam.llm import Usage
+from evoteam.team.budget import BudgetExceeded, Ledger
 from evoteam.team.offline import OfflineAgent, SearchSpace
 from evoteam.team.progress import Progress, progress_of
 from evoteam.team.spec import TeamSpec

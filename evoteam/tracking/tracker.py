@@ -1,153 +1,31 @@
-"""MLflow tracking of a run: one MLflow run per evoteam run, a nested run per team configuration,
-metrics after every evaluation, the final kernels, tables, traces, team specs and plots as
-artifacts, and LLM calls traced through MLflow's litellm autologging.
-
-    tracker = open_tracker(cfg, run_dir, tags={...})    # Tracker, or NullTracker for tracking=none
-    tracker.start(config_file=run_dir / "config.yaml")
-    TeamRun(..., on_turn=tracker.sync)                  # metrics and team runs after every turn
-    tracker.finish(team_run, results, table_text, labels)
-
-The default store is `sqlite:///evoteam-mlflow.db` in the working directory (artifacts beside it in
-`mlartifacts/`); `tracking.tracking_uri=http://host:5000` logs to a tracking server (see mlflow/).
-The MLflow run id is kept in the run directory (`mlflow_run.json`), so `resume=<run dir>`
-continues the same MLflow run. What the runs hold:
-
-- tags: `evoteam.kind` (run, team or summary), `evoteam.hardware`, `evoteam.task`,
-  `evoteam.budget_mode`, `evoteam.team_preset`, `evoteam.llm`, `evoteam.timing_mode`,
-  `evoteam.sweep_id` (the multirun's sweep folder name, or "none");
-- params: the resolved configuration, flattened (`budget.tokens`, ...); artifact `config.yaml`;
-- metrics with step = evaluations so far: `best_geomean_speedup` (running maximum of verified
-  geomean speedups), `correct_rate`, `passed`, `evaluations`, `tokens_prompt`, `tokens_completion`,
-  `tokens_total`, `tokens_role/<role>`, `cost_usd`, `wall_time_s`; at the end `final_geomean_speedup`,
-  `final_wins`, `final_worst_speedup`, `final_passed`, `final_workloads`, `final_tokens_total`,
-  `final_cost_usd`, `final_evaluations`;
-- one nested run per team (`evoteam.kind=team`): its spec (params and `team_spec.json`), the
-  supervisor's reason and expected effect, and its outcome (metrics, `evoteam.verdict` tag).
-
-`SweepSummary` is the Hydra callback (conf/config.yaml) that ends a multirun with
-`evoteam.compare` over that sweep's runs. mlflow is imported on first use only.
-"""
+"""The tracker of one run: one MLflow run per evoteam run, a nested run per team configuration,
+metrics after every evaluation, and at the end the kernels, tables, traces, team specs and plots.
+See evoteam/tracking/__init__.py for what the runs hold."""
 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import re
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from evoteam.errors import UserError
-
-try:  # Hydra is always there for the CLI; the callback base class is a plain class without it
-    from hydra.experimental.callback import Callback as _HydraCallback
-except ImportError:  # pragma: no cover
-    _HydraCallback = object
-
-# MLflow sends usage telemetry to its vendor unless told not to; nothing here may leave the machine.
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-
-RUN_FILE = "mlflow_run.json"
-ARTIFACTS_DIR = "mlartifacts"
-KIND = "evoteam.kind"
-SWEEP = "evoteam.sweep_id"
-TAG_KEYS = ("hardware", "task", "budget_mode", "team_preset", "llm", "timing_mode", "sweep_id")
-PARAM_LIMIT = 500  # characters of a param value (MLflow allows 6000; the UI shows a few dozen)
-
-
-def load_mlflow():
-    """mlflow, imported on first use and kept quiet (its store migrations log at INFO)."""
-    import mlflow
-
-    for name in ("alembic", "mlflow"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    return mlflow
-
-
-def resolve_uri(uri: str) -> str:
-    """A relative sqlite path made absolute (so a resumed run finds the same store from anywhere)."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
-    return uri
-
-
-def sqlite_path(uri: str) -> Path | None:
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///"):].split("?", 1)[0])
-    return None
-
-
-def check_reachable(uri: str, what: str = "tracking.tracking_uri") -> None:
-    """One line (UserError) instead of minutes of retries when a tracking server is not there."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10) as response:
-            response.read()
-    except Exception as exc:  # any failure to talk to it means the same to the user
-        raise UserError(f"{what}={uri}: no MLflow server answers there ({type(exc).__name__}: "
-                        f"{' '.join(str(exc).split())[:200]}); start one (see mlflow/README.md) or use "
-                        f"tracking=none") from None
-
-
-def get_or_create_experiment(client, name: str, uri: str) -> str:
-    """The experiment's id; a new one on a sqlite store keeps its artifacts beside the database."""
-    experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        if experiment.lifecycle_stage == "deleted":
-            client.restore_experiment(experiment.experiment_id)
-        return experiment.experiment_id
-    db = sqlite_path(uri)
-    folder = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-    location = (db.parent / ARTIFACTS_DIR / folder).resolve().as_uri() if db is not None else None
-    try:
-        return client.create_experiment(name, artifact_location=location)
-    except Exception:  # created by a concurrent job in the meantime
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
-
-
-def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
-    """Nested dicts as dotted keys; lists and scalars as strings (long values cut)."""
-    out: dict[str, str] = {}
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    text = json.dumps(obj) if isinstance(obj, (list, tuple)) else ("null" if obj is None else str(obj))
-    out[prefix.rstrip(".")] = text[:PARAM_LIMIT]
-    return out
-
-
-def metric_name(text: str) -> str:
-    """MLflow metric names allow letters, digits, _ - . space : and /."""
-    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", text)
-
-
-def current_sweep_id() -> str:
-    """The multirun's sweep folder name (the same for all its jobs), or "none" for a single run."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        if not HydraConfig.initialized():
-            return "none"
-        hc = HydraConfig.get()
-        if hc.mode == RunMode.MULTIRUN:
-            return Path(str(hc.sweep.dir)).name
-    except Exception:  # outside Hydra (tests, library use)
-        return "none"
-    return "none"
-
-
-def _value(x: Any) -> Any:
-    return getattr(x, "value", x)  # Enum members of the structured config
+from evoteam.tracking.plots import plot_steps
+from evoteam.tracking.store import (
+    KIND,
+    PARAM_LIMIT,
+    RUN_FILE,
+    check_reachable,
+    current_sweep_id,
+    flatten,
+    get_or_create_experiment,
+    load_mlflow,
+    metric_name,
+    resolve_uri,
+)
 
 
 class NullTracker:
@@ -486,52 +364,10 @@ class Tracker(NullTracker):
         self.client = None
 
 
-def pyplot():
-    """matplotlib's pyplot on the Agg backend (no display needed), its font-cache notice kept quiet."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib.pyplot as plt
-
-    return plt
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)  # Enum members of the structured config
 
 
-def save_axes(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> None:
-    """Label, grid and write a plot the same way for every evoteam figure."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-
-
-def plot_steps(points: list[tuple[float, float]], xlabel: str, title: str, path: Path,
-               marks: list[tuple[float, str]] = ()) -> None:
-    """Best speedup as a step line (the running maximum) against `xlabel`, with vertical `marks`
-    (x, label), e.g. where a new team took over; PNG through Agg."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-    try:
-        if points:
-            xs, ys = zip(*points)
-            ax.step(xs, ys, where="post", marker="o", markersize=3)
-            if max(ys) >= 0.5:  # the baseline's level, where it does not flatten the curve
-                ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--", label="baseline")
-        else:
-            ax.text(0.5, 0.5, "no verified, timed kernel", ha="center", va="center", transform=ax.transAxes)
-        for x, label in marks:
-            ax.axvline(x, color="C1", linewidth=0.8, linestyle=":")
-            ax.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, ha="right", va="top",
-                        fontsize=7, color="C1")
-        ax.xaxis.get_major_locator().set_params(integer=True)  # evaluations and tokens are counts
-        save_axes(fig, ax, xlabel, "best verified geomean speedup (x)", title, path)
-    finally:
-        plt.close(fig)
-
-
-# ---------------------------------------------------------------------- from the configuration
 def open_tracker(cfg, run_dir: Path, tags: dict[str, str]) -> NullTracker:
     """The tracker the configuration asks for (not started). `tags` are evoteam's (hardware, task,
     budget_mode, team_preset, llm, timing_mode); the sweep id is added here."""
@@ -544,27 +380,3 @@ def open_tracker(cfg, run_dir: Path, tags: dict[str, str]) -> NullTracker:
     name = f"{tags.get('task')}-{tags.get('hardware')}-{tags.get('team_preset')}-{tags.get('budget_mode')}"
     return Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_dir, config=config, tags=tags,
                    run_name=name, trace_llm=tags.get("llm", "offline") != "offline")
-
-
-class SweepSummary(_HydraCallback):
-    """Hydra callback: at the end of a multirun, compare the sweep's runs (equal vs extra budget per
-    team preset, hardware and task) and log the summary run. Configured in conf/config.yaml."""
-
-    def on_multirun_end(self, config, **kwargs) -> None:
-        tracking = config.get("tracking")
-        if tracking is None or _value(tracking.get("backend")) != "mlflow":
-            return
-        sweep = Path(str(config.hydra.sweep.dir)).name
-        from evoteam import compare
-
-        try:
-            compare.compare(tracking.tracking_uri, tracking.experiment, sweep_id=sweep)
-        except compare.CompareError as exc:
-            print(f"evoteam: no sweep summary: {exc}", file=sys.stderr, flush=True)
-        except Exception as exc:  # the jobs' results are safe in MLflow; a summary can be made later
-            print(f"evoteam: no sweep summary ({type(exc).__name__}: {exc}); run python -m evoteam.compare "
-                  f"--sweep-id {sweep}", file=sys.stderr, flush=True)
-
-
-__all__ = ["Tracker", "NullTracker", "open_tracker", "SweepSummary", "resolve_uri", "flatten", "plot_steps", "pyplot",
-           "check_reachable", "get_or_create_experiment", "current_sweep_id"]

@@ -1,0 +1,112 @@
+"""The MLflow store: where it is, whether it answers, its experiments, and the shapes evoteam's params
+and metric names take there. mlflow is imported on first use only."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from evoteam.errors import UserError
+
+# MLflow sends usage telemetry to its vendor unless told not to; nothing here may leave the machine.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+DEFAULT_URI = "sqlite:///evoteam-mlflow.db"
+DEFAULT_EXPERIMENT = "evoteam"
+RUN_FILE = "mlflow_run.json"
+ARTIFACTS_DIR = "mlartifacts"
+KIND = "evoteam.kind"
+SWEEP = "evoteam.sweep_id"
+PARAM_LIMIT = 500  # characters of a param value (MLflow allows 6000; the UI shows a few dozen)
+
+
+def load_mlflow():
+    """mlflow, imported on first use and kept quiet (its store migrations log at INFO)."""
+    import mlflow
+
+    for name in ("alembic", "mlflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return mlflow
+
+
+def resolve_uri(uri: str) -> str:
+    """A relative sqlite path made absolute (so a resumed run finds the same store from anywhere)."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):].split("?", 1)[0])
+    return None
+
+
+def check_reachable(uri: str, what: str = "tracking.tracking_uri") -> None:
+    """One line (UserError) instead of minutes of retries when a tracking server is not there."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10) as response:
+            response.read()
+    except Exception as exc:  # any failure to talk to it means the same to the user
+        raise UserError(f"{what}={uri}: no MLflow server answers there ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:200]}); start one (see mlflow/README.md) or use "
+                        f"tracking=none") from None
+
+
+def get_or_create_experiment(client, name: str, uri: str) -> str:
+    """The experiment's id; a new one on a sqlite store keeps its artifacts beside the database."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+    db = sqlite_path(uri)
+    folder = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    location = (db.parent / ARTIFACTS_DIR / folder).resolve().as_uri() if db is not None else None
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # created by a concurrent job in the meantime
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts as dotted keys; lists and scalars as strings (long values cut)."""
+    out: dict[str, str] = {}
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    text = json.dumps(obj) if isinstance(obj, (list, tuple)) else ("null" if obj is None else str(obj))
+    out[prefix.rstrip(".")] = text[:PARAM_LIMIT]
+    return out
+
+
+def metric_name(text: str) -> str:
+    """MLflow metric names allow letters, digits, _ - . space : and /."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", text)
+
+
+def current_sweep_id() -> str:
+    """The multirun's sweep folder name (the same for all its jobs), or "none" for a single run."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if not HydraConfig.initialized():
+            return "none"
+        hc = HydraConfig.get()
+        if hc.mode == RunMode.MULTIRUN:
+            return Path(str(hc.sweep.dir)).name
+    except Exception:  # outside Hydra (tests, library use)
+        return "none"
+    return "none"
