@@ -12,7 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from evoteam import cli_errors, config, resources
-from evoteam.errors import UserError
+from evoteam.errors import EXIT_BAD_INPUT, UserError
 
 config.register()
 
@@ -37,23 +37,20 @@ def _job(cfg: DictConfig) -> float | None:
     try:
         cli_errors.validate(cfg)
         return mainjob.run(cfg)
-    except UserError as exc:
+    except (UserError, KeyboardInterrupt) as exc:
+        mainjob.remove_unstarted_run_dir(cfg)  # a run that never started leaves no folder behind
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         print(f"evoteam: error: {exc}", file=sys.stderr)
-        sys.exit(cli_errors.EXIT_BAD_INPUT)
-
-
-# Hydra flags that print something instead of running the job: they need no container engine.
-_NO_RUN_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--resolve", "--shell-completion",
-                 "-sc")
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def main() -> None:
     try:
-        runs = not any(arg in _NO_RUN_FLAGS or arg.startswith("--cfg=") for arg in sys.argv[1:])
-        cli_errors.preflight(_overrides(sys.argv[1:]), check_engine=runs)
+        cli_errors.preflight(_overrides(sys.argv[1:]))
     except cli_errors.ConfigInputError as exc:
         print(f"evoteam: error: {exc}", file=sys.stderr)
-        sys.exit(cli_errors.EXIT_BAD_INPUT)
+        sys.exit(EXIT_BAD_INPUT)
     _job()
 
 

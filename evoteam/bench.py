@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from evoteam import hardware, report
-from evoteam.errors import UserError
+from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.harness.model import TIMING_MODES
 from evoteam.schema import append_traces
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except UserError as exc:
         print(f"evoteam.bench: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,8 +21,6 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from evoteam import config, resources
 from evoteam.errors import UserError
 
-EXIT_BAD_INPUT = 2
-
 
 class ConfigInputError(UserError):
     """A one-line, user-facing message about bad configuration input."""
@@ -122,9 +120,9 @@ def _extra_keys(node: DictConfig, schema: type, prefix: str) -> list[str]:
     return extra
 
 
-def validate(cfg: DictConfig, *, check_engine: bool = False) -> None:
-    """Checks the schema's types cannot express. Raises ConfigInputError. With `check_engine`, a run
-    with executor=docker also needs its engine to answer and the target's image to be there."""
+def validate(cfg: DictConfig) -> None:
+    """Checks the schema's types cannot express. Raises ConfigInputError. (Whether a container engine
+    answers is the executor's to say, when a run starts.)"""
     from evoteam import hardware, task
 
     extra = _extra_keys(cfg, config.EvoteamConfig, "")
@@ -146,21 +144,6 @@ def validate(cfg: DictConfig, *, check_engine: bool = False) -> None:
         value = OmegaConf.select(cfg, key)
         if value is not None and value < 1:
             raise ConfigInputError(f"{key}={value} is not valid; expected a positive integer")
-    if check_engine and cfg.executor.kind == config.ExecutorKind.docker:
-        _check_engine(cfg)
-
-
-def _check_engine(cfg: DictConfig) -> None:
-    from evoteam import hardware
-    from evoteam.harness import container
-
-    try:
-        hw = hardware.resolve(cfg.hardware.name, remote=True)
-        image = cfg.executor.image or hw.container.image
-        client = container.connect(cfg.executor.docker_host)
-        container.check_image(client, image, hw, container.engine_address(cfg.executor.docker_host))
-    except UserError as exc:
-        raise ConfigInputError(str(exc)) from None
 
 
 def _expand(overrides: list[str]) -> list[list[str]]:
@@ -185,9 +168,8 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
-def preflight(overrides: list[str], *, check_engine: bool = True) -> None:
-    """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one.
-    `check_engine`: a run (not a --cfg or --help) with executor=docker needs its engine and image."""
+def preflight(overrides: list[str]) -> None:
+    """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one."""
     try:
         variants = _expand(overrides)
     except OverrideParseException as exc:
@@ -198,4 +180,4 @@ def preflight(overrides: list[str], *, check_engine: bool = True) -> None:
                 cfg = compose("config", overrides=variant)
         except Exception as exc:  # noqa: BLE001 - every composition failure becomes one line
             raise ConfigInputError(explain(exc)) from None
-        validate(cfg, check_engine=check_engine)
+        validate(cfg)

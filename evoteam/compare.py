@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evoteam.errors import UserError
+from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.tracking.plots import pyplot, save_axes
 from evoteam.tracking.store import (
     DEFAULT_EXPERIMENT,
@@ -41,7 +41,6 @@ from evoteam.tracking.store import (
 
 MODES = ("equal", "extra")
 TEAM_ORDER = {"single": 0, "fixed4": 1, "evolving": 2}
-EXIT_BAD_INPUT = 2
 
 
 class CompareError(UserError):

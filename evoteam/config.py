@@ -81,7 +81,7 @@ class BudgetConfig:
 class TeamConfig:
     preset: TeamPreset = TeamPreset.evolving
     stall_evaluations: int = 6  # evaluations without improvement beyond noise before a redesign
-    max_redesigns: int = 10
+    max_redesigns: int = 10  # the supervisor redesigns an evolving team at most this many times
 
 
 @dataclass
@@ -128,7 +128,8 @@ class EvoteamConfig:
     timing_mode: TimingMode = TimingMode.graph
     seed: int | None = None  # the search policy's seed; null draws one (recorded). Inputs use a secret per evaluation
     run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"
-    resume: str | None = None  # a run directory to continue
+    resume: str | None = None  # a run directory to continue (its configuration; only safe overrides apply)
+    remeasure: bool = False  # with resume= of a finished run: measure its final kernels again
 
 
 SCHEMAS = {

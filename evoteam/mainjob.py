@@ -21,42 +21,109 @@ from evoteam import hardware, report, tracking
 from evoteam.errors import UserError
 from evoteam.schema import append_traces
 
-CPU_REPS = (1, 3)  # (warm-up, timed) rounds per search evaluation: the Triton interpreter is slow
-GPU_REPS = (3, 20)
+# Keys a resumed run may take from the command line: where and how it is tracked and run, never what it measures.
+SAFE_ON_RESUME = ("tracking", "executor.timeout_s", "executor.docker_host", "executor.cache_dir", "llm.api_key_env",
+                  "llm.api_base", "llm.timeout_s", "llm.max_retries", "remeasure", "resume")
 
 
-def _run_dir(cfg: DictConfig) -> tuple[Path, DictConfig]:
-    """The run directory and the configuration to run with (a resumed run keeps its own)."""
-    if not cfg.resume:
+def _command_line_keys() -> list[str]:
+    """The keys the command line set (Hydra's overrides of this job)."""
+    try:
         from hydra.core.hydra_config import HydraConfig
 
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        return run_dir, cfg
+        lines = list(HydraConfig.get().overrides.task)
+    except Exception:  # outside Hydra (tests)
+        return []
+    return [line.split("=", 1)[0].lstrip("+~") for line in lines if "=" in line]
+
+
+def _resumed(cfg: DictConfig) -> tuple[Path, DictConfig]:
+    """The run directory and configuration of `resume=<dir>`: the saved configuration, with the command
+    line's safe overrides applied and any other that changes it refused (one line)."""
     run_dir = Path(cfg.resume)
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         raise UserError(f"resume={cfg.resume} is not an evoteam run directory (no config.yaml); "
                         f"give the folder of an earlier run")
-    original = OmegaConf.merge(cfg, OmegaConf.load(saved))  # typed by the schema, values of the run
-    original.resume = str(run_dir)
-    return run_dir, original
+    merged = OmegaConf.merge(cfg, OmegaConf.load(saved))  # typed by the schema, values of the run
+    for key in _command_line_keys():
+        new, old = OmegaConf.select(cfg, key), OmegaConf.select(merged, key)
+        if key == "resume" or new == old:
+            continue
+        if not (key in SAFE_ON_RESUME or key.startswith(tuple(k + "." for k in SAFE_ON_RESUME))):
+            shown = lambda v: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v  # noqa: E731
+            raise UserError(f"resume={run_dir}: {key}={shown(new)} differs from the run's {key}={shown(old)}; a "
+                            f"resumed run keeps what it measures (drop {key}=..., or start a new run without resume=)")
+        OmegaConf.update(merged, key, new, merge=False)
+    merged.resume = str(run_dir)
+    return run_dir, merged
+
+
+def remove_unstarted_run_dir(cfg: DictConfig) -> None:
+    """A run that failed before its team started leaves no folder behind (Hydra makes it first)."""
+    if cfg.get("resume"):
+        return
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+    except Exception:  # outside Hydra
+        return
+    if not run_dir.is_dir() or (run_dir / "state.json").exists() or (run_dir / "workspace").exists():
+        return
+    import shutil
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+    parent = run_dir.parent
+    while parent != Path.cwd() and parent.name and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
+
+
+def _finished_earlier(run_dir: Path) -> dict | None:
+    state = run_dir / "state.json"
+    if not state.is_file():
+        return None
+    saved = json.loads(state.read_text())
+    return saved if saved.get("finished") else None
+
+
+def _effective_timing(cfg: DictConfig, hw) -> str:
+    return cfg.timing_mode.value if hw.is_gpu else "wallclock"
+
+
+def _show_finished(run_dir: Path, cfg: DictConfig) -> float | None:
+    """A finished run's final table, as it was measured (nothing is run or logged again)."""
+    from evoteam.harness.model import WorkloadResult
+    from evoteam.task import load_task, shape_label
+
+    results = [WorkloadResult.from_json(r) for r in json.loads((run_dir / "final" / "results.json").read_text())]
+    labels = {w.uuid: shape_label(w) for w in load_task(cfg.task.name).workloads}
+    print(f"evoteam: {run_dir} finished earlier; its final table as measured then (add remeasure=true to "
+          f"measure its kernels again):\n{report.format_table(results, labels, 'best')}", flush=True)
+    return report.summarize(results).geomean_speedup
 
 
 def run(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
     from evoteam.families import load_families
     from evoteam.llm import LLMError
     from evoteam.task import load_task, select_workloads, shape_label
-    from evoteam.team.budget import Ledger, token_budget
+    from evoteam.team.budget import Ledger
     from evoteam.team.offline import SearchSpace
     from evoteam.team.presets import PRESETS
-    from evoteam.team.runner import TeamRun, probe_workloads, stop_cleanly
+    from evoteam.team.runner import TeamRun, stop_cleanly
     from evoteam.team.supervisor import Supervisor
     from evoteam.team.toolbox import HarnessSettings
     from evoteam.trace_writer import to_trace
 
-    run_dir, cfg = _run_dir(cfg)
+    run_dir = None
+    if cfg.resume:
+        run_dir, cfg = _resumed(cfg)
+        if _finished_earlier(run_dir) and not cfg.remeasure and (run_dir / "final" / "results.json").is_file():
+            return _show_finished(run_dir, cfg)
+    # Everything that can refuse the run does so before the run writes anything.
     hw = hardware.resolve(cfg.hardware.name, remote=cfg.executor.kind.value == "docker")
     evaluator = None  # executor=local: the judge on this machine, the candidate under bubblewrap
     if cfg.executor.kind.value == "docker":
@@ -68,25 +135,16 @@ def run(cfg: DictConfig) -> float | None:
     workloads = select_workloads(task.scaled_workloads(scale), list(cfg.task.workloads))
     groups = {w.uuid: task.workload_group(w) for w in workloads}
     seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
-    if cfg.seed is None:
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.merge(cfg, {"seed": seed}), resolve=True))
-    warmup, reps = GPU_REPS if hw.is_gpu else CPU_REPS
-    settings = HarnessSettings(task=task.name, hardware=hw.name, scale=scale,
-                               timing_mode=cfg.timing_mode.value if hw.is_gpu else "wallclock",
-                               baseline=cfg.task.baseline, trials=cfg.task.check_trials, warmup=warmup, reps=reps,
-                               timeout_s=cfg.executor.timeout_s, sandbox=cfg.executor.sandbox.value,
-                               memory_limit_gib=cfg.executor.memory_gib, process_limit=cfg.executor.pids_limit,
-                               # On CPU the interpreter makes each workload costly: probe the smallest only.
-                               probe_workloads=probe_workloads(workloads, groups, 2 if hw.is_gpu else 1),
-                               all_workloads=[w.uuid for w in workloads],
-                               # A CPU's timings move with its load: time the baseline side by side there.
-                               use_baseline_cache=hw.is_gpu)
+    # The configuration as it resolved (the target, the scale, the timing mode, the seed) is what is recorded.
+    cfg = OmegaConf.merge(cfg, {"hardware": {"name": hw.name}, "task": {"scale": scale}, "seed": seed,
+                                "timing_mode": _effective_timing(cfg, hw)})
+    if run_dir is None:
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    settings = HarnessSettings.from_config(cfg, hw, task, workloads)
+    ledger = Ledger.from_config(cfg.budget, cfg.llm)
     mode = cfg.budget.mode.value
-    multiplier = cfg.budget.extra_multiplier if mode == "extra" else 1.0
-    ledger = Ledger(token_budget=token_budget(mode, cfg.budget.tokens, cfg.budget.extra_multiplier),
-                    max_evaluations=int(cfg.budget.max_evaluations * multiplier),
-                    max_wall_time_s=cfg.budget.max_wall_time_s * multiplier,
-                    max_output_tokens=cfg.llm.max_output_tokens)
 
     offline = cfg.llm.provider.value == "offline"
     model = "offline" if offline else cfg.llm.model
@@ -105,13 +163,13 @@ def run(cfg: DictConfig) -> float | None:
         def llm_redesign(spec, progress_report):
             return propose_redesign(client, ledger, spec, progress_report, [model])
 
-    tracker = tracking.open_tracker(cfg if cfg.seed is not None else OmegaConf.merge(cfg, {"seed": seed}), run_dir,
-                                    tags={"hardware": hw.name, "task": task.name, "budget_mode": mode,
+    tracker = tracking.open_tracker(cfg, run_dir, tags={"hardware": hw.name, "task": task.name, "budget_mode": mode,
                                           "team_preset": cfg.team.preset.value, "llm": model,
                                           "timing_mode": settings.timing_mode})
     tracker.start(config_file=run_dir / "config.yaml")  # before any LLM call: autologging traces them
     preset = replace(PRESETS[cfg.team.preset.value](model), stall_evaluations=cfg.team.stall_evaluations)
-    supervisor = Supervisor(groups=sorted(set(groups.values())), models=[model], llm_redesign=llm_redesign)
+    supervisor = Supervisor(groups=sorted(set(groups.values())), models=[model], llm_redesign=llm_redesign,
+                            max_redesigns=cfg.team.max_redesigns)
     families = load_families(task)
     for f in families:
         if not f.usable_on(hw.name):

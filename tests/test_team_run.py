@@ -14,9 +14,9 @@ from evoteam.task import load_task
 from evoteam.team import presets
 from evoteam.team.budget import Ledger
 from evoteam.team.offline import SearchSpace
-from evoteam.team.runner import TeamRun, probe_workloads
+from evoteam.team.runner import TeamRun
 from evoteam.team.supervisor import Supervisor
-from evoteam.team.toolbox import HarnessSettings
+from evoteam.team.toolbox import HarnessSettings, probe_workloads
 
 
 def _flat_evaluator(request, timeout_s):
@@ -30,9 +30,8 @@ def test_a_stall_triggers_a_redesign_and_the_history_records_it(tmp_path):
     task = load_task("mla_decode")
     workloads = task.scaled_workloads("small")
     groups = {w.uuid: task.workload_group(w) for w in workloads}
-    settings = HarnessSettings(task="mla_decode", hardware="cpu", scale="small",
-                               probe_workloads=probe_workloads(workloads, groups, 1),
-                               all_workloads=[w.uuid for w in workloads])
+    settings = HarnessSettings.for_run("mla_decode", "cpu", "small", probe_workloads=probe_workloads(workloads, groups, 1),
+                                       all_workloads=[w.uuid for w in workloads])
     ledger = Ledger(token_budget=1000, max_evaluations=12, max_wall_time_s=600)
     spec = presets.evolving("offline")
     from dataclasses import replace

@@ -39,9 +39,12 @@ from evoteam.team import presets  # noqa: E402
 from evoteam.team import runner as runner_module  # noqa: E402
 from evoteam.team.budget import Ledger  # noqa: E402
 from evoteam.team.offline import SearchSpace  # noqa: E402
-from evoteam.team.runner import TeamRun, probe_workloads  # noqa: E402
+from evoteam.team.runner import TeamRun  # noqa: E402
 from evoteam.team.supervisor import Supervisor  # noqa: E402
-from evoteam.team.toolbox import HarnessSettings  # noqa: E402
+from evoteam.team.toolbox import (
+    HarnessSettings,  # noqa: E402
+    probe_workloads,  # noqa: E402
+)
 
 from conftest import run_evoteam  # noqa: E402
 
@@ -83,9 +86,8 @@ def _team_run(run_dir: Path, evaluator, on_turn, max_evaluations=12):
     task = load_task("mla_decode")
     workloads = [w for w in task.scaled_workloads("small") if w.uuid.startswith("00cb2bc2")]
     groups = {w.uuid: task.workload_group(w) for w in workloads}
-    settings = HarnessSettings(task="mla_decode", hardware="cpu", scale="small",
-                               probe_workloads=probe_workloads(workloads, groups, 1),
-                               all_workloads=[w.uuid for w in workloads])
+    settings = HarnessSettings.for_run("mla_decode", "cpu", "small", probe_workloads=probe_workloads(workloads, groups, 1),
+                                       all_workloads=[w.uuid for w in workloads])
     ledger = Ledger(token_budget=1000, max_evaluations=max_evaluations, max_wall_time_s=600)
     spec = replace(presets.evolving("offline"), stall_evaluations=3)
     return TeamRun(run_dir=run_dir, task=task, workloads=workloads, settings=settings, ledger=ledger, preset=spec,

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from evoteam.errors import UserError
+from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.hardware import HardwareSpec
 from evoteam.harness import scan
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
@@ -653,7 +653,7 @@ def judge_main(request_path: str, progress_path: str) -> int:
         outcome = judge.run()
     except UserError as exc:
         append_journal(progress, {"event": "error", "message": str(exc)})
-        return 2
+        return EXIT_BAD_INPUT
     summary = {k: v for k, v in outcome.to_json().items() if k != "results"}
     append_journal(progress, {"event": "end", **summary})
     return 0

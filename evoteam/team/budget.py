@@ -62,6 +62,14 @@ class Ledger:
         if self.elapsed_s() > self.max_wall_time_s:
             raise BudgetExceeded(f"wall-time budget spent: {self.elapsed_s():.0f} s of {self.max_wall_time_s:.0f} s")
 
+    @classmethod
+    def from_config(cls, budget_cfg, llm_cfg) -> Ledger:
+        """The run's limits from its `budget` and `llm` configuration, by the one budget rule."""
+        mode = getattr(budget_cfg.mode, "value", budget_cfg.mode)
+        factor = budget_factor(mode, budget_cfg.extra_multiplier)
+        return cls(token_budget=int(budget_cfg.tokens * factor), max_evaluations=int(budget_cfg.max_evaluations * factor),
+                   max_wall_time_s=budget_cfg.max_wall_time_s * factor, max_output_tokens=llm_cfg.max_output_tokens)
+
     # ------------------------------------------------------------------ persistence
     def to_json(self) -> dict:
         return {
@@ -73,10 +81,15 @@ class Ledger:
         }
 
 
-def token_budget(mode: str, equal_tokens: int, extra_multiplier: float) -> int:
-    """`equal`: every team preset gets `equal_tokens`; `extra`: that times `extra_multiplier`."""
+def budget_factor(mode: str, extra_multiplier: float) -> float:
+    """The one budget rule: `equal` gives every team preset the same budget; `extra` (the paper's
+    extra-budget mode) multiplies all of it (tokens, evaluations, wall time) by `extra_multiplier`."""
     if mode == "equal":
-        return int(equal_tokens)
+        return 1.0
     if mode == "extra":
-        return int(equal_tokens * extra_multiplier)
+        return float(extra_multiplier)
     raise ValueError(f"unknown budget mode {mode!r}; allowed: equal, extra")
+
+
+def token_budget(mode: str, equal_tokens: int, extra_multiplier: float) -> int:
+    return int(equal_tokens * budget_factor(mode, extra_multiplier))

@@ -54,22 +54,6 @@ class RunState:
         return cls(**{**obj, "spec": TeamSpec.from_json(obj["spec"])})
 
 
-def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2) -> list[str]:
-    """A representative subset for quick benchmarks: the smallest and largest of every group."""
-    def size(w) -> int:
-        total = 1
-        for v in w.axes.values():
-            total *= max(1, v)
-        return total
-
-    out: list[str] = []
-    for group in sorted(set(groups.values())):
-        members = sorted((w for w in workloads if groups[w.uuid] == group), key=size)
-        picks = [members[0], members[-1]] if per_group >= 2 and len(members) > 1 else members[:1]
-        out += [w.uuid for w in picks if w.uuid not in out]
-    return out
-
-
 class TeamRun:
     def __init__(self, *, run_dir: Path, task, workloads: list, settings: HarnessSettings, ledger: Ledger,
                  preset: TeamSpec, space: SearchSpace, supervisor: Supervisor, seed: int,
@@ -186,6 +170,8 @@ class TeamRun:
             return
         if self.ledger.evaluations >= self.ledger.max_evaluations:
             return  # no evaluation is left for a new design to use: the run ends with this team
+        if s.team_index >= self.supervisor.max_redesigns:
+            return  # team.max_redesigns reached: the current team goes on
         new_spec, designer = self.supervisor.redesign(s.spec, progress, why, set(s.tried))
         if new_spec is None:
             return  # every design was tried: the current team goes on
@@ -250,7 +236,8 @@ class TeamRun:
             path = final_dir / "kernels" / f"{attempt_id or 'default'}.py"
             path.write_text(source)
             s = self.settings
-            request = s.request(str(path), uuids, reps=max(s.reps, 3), use_baseline_cache=False, second_figure=True)
+            request = s.request(str(path), uuids, reps=max(s.template.reps, 3), use_baseline_cache=False,
+                                second_figure=True)
             evaluate = self.evaluator or (lambda req, limit: harness_evaluate(req, timeout_s=limit))
             for r in evaluate(request, timeout_s).results:
                 results[r.uuid] = r

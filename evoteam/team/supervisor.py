@@ -138,10 +138,11 @@ def rule_based_redesign(spec: TeamSpec, progress: Progress, why: str, groups: li
 
 class Supervisor:
     def __init__(self, groups: list[str], models: list[str],
-                 llm_redesign: Callable[[TeamSpec, str], TeamSpec | None] | None = None):
+                 llm_redesign: Callable[[TeamSpec, str], TeamSpec | None] | None = None, max_redesigns: int = 10):
         self.groups = groups
         self.models = models
         self.llm_redesign = llm_redesign
+        self.max_redesigns = max_redesigns
 
     def redesign(self, spec: TeamSpec, progress: Progress, why: str, tried: set[str]) -> tuple[TeamSpec | None, str]:
         """A new team and who designed it ("llm" or "rules"); None when every design was tried."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from evoteam.harness import scan
 from evoteam.harness.executor import evaluate
@@ -26,34 +26,68 @@ from evoteam.team.workspace import Attempt, Workspace, evaluation_key
 
 @dataclass
 class HarnessSettings:
-    task: str
-    hardware: str
-    scale: str
-    timing_mode: str = "graph"
-    baseline: str = "auto"
-    baseline_options: dict = field(default_factory=dict)
-    trials: int = 3
-    warmup: int = 5
-    reps: int = 30
-    timeout_s: float = 600
-    sandbox: str = "strict"
-    memory_limit_gib: float = 16
-    process_limit: int = 4096
-    second_figure: bool = False  # the search needs one figure; the final re-measurement asks for both
+    """How the team asks for evaluations: one request template (the harness's EvalRequest: the one
+    home of those fields and their defaults) and the workloads of a quick benchmark and of the final table."""
+
+    template: EvalRequest
     probe_workloads: list[str] = field(default_factory=list)  # default workloads of a quick benchmark
     all_workloads: list[str] = field(default_factory=list)
-    use_baseline_cache: bool = True  # quick feedback; the final re-measurement times both
 
+    @property
+    def timeout_s(self) -> float:
+        return self.template.workload_timeout_s
+
+    @property
+    def timing_mode(self) -> str:
+        return self.template.timing_mode
 
     def request(self, solution: str, workloads: list[str], **overrides) -> EvalRequest:
         """An evaluation request of these settings for one candidate file."""
-        fields = dict(task=self.task, hardware=self.hardware, solution=solution, workloads=workloads,
-                      scale=self.scale, trials=self.trials, timing_mode=self.timing_mode,
-                      baseline=self.baseline, baseline_options=self.baseline_options, warmup=self.warmup,
-                      reps=self.reps, use_baseline_cache=self.use_baseline_cache, sandbox=self.sandbox,
-                      memory_limit_gib=self.memory_limit_gib, process_limit=self.process_limit,
-                      second_figure=self.second_figure, workload_timeout_s=self.timeout_s)
-        return EvalRequest(**{**fields, **overrides})
+        return replace(self.template, solution=solution, workloads=list(workloads), **overrides)
+
+    @classmethod
+    def for_run(cls, task: str, hardware: str, scale: str, **fields) -> HarnessSettings:
+        """Settings for a run: the request's fields by name, the workloads as keywords."""
+        probe, every = fields.pop("probe_workloads", []), fields.pop("all_workloads", [])
+        return cls(EvalRequest(task=task, hardware=hardware, solution="", scale=scale, **fields), probe, every)
+
+    @classmethod
+    def from_config(cls, cfg, hw, task, workloads: list) -> HarnessSettings:
+        """From the run's configuration (task, timing_mode, executor) and what it resolved to."""
+        groups = {w.uuid: task.workload_group(w) for w in workloads}
+        warmup, reps = GPU_ROUNDS if hw.is_gpu else CPU_ROUNDS
+        return cls.for_run(
+            task.name, hw.name, cfg.task.scale or hw.problem_scale,
+            timing_mode=cfg.timing_mode.value if hw.is_gpu else "wallclock", baseline=cfg.task.baseline,
+            trials=cfg.task.check_trials, warmup=warmup, reps=reps, workload_timeout_s=cfg.executor.timeout_s,
+            sandbox=cfg.executor.sandbox.value, memory_limit_gib=cfg.executor.memory_gib,
+            process_limit=cfg.executor.pids_limit, second_figure=False,
+            # A CPU's timings move with its load: time the baseline side by side there.
+            use_baseline_cache=hw.is_gpu,
+            # On CPU the interpreter makes each workload costly: probe the smallest only.
+            probe_workloads=probe_workloads(workloads, groups, 2 if hw.is_gpu else 1),
+            all_workloads=[w.uuid for w in workloads])
+
+
+# (warm-up, timed) rounds of a search evaluation: the Triton interpreter is slow on a CPU
+CPU_ROUNDS = (1, 3)
+GPU_ROUNDS = (3, 20)
+
+
+def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2) -> list[str]:
+    """A representative subset for quick benchmarks: the smallest and largest of every group."""
+    def size(w) -> int:
+        total = 1
+        for v in w.axes.values():
+            total *= max(1, v)
+        return total
+
+    out: list[str] = []
+    for group in sorted(set(groups.values())):
+        members = sorted((w for w in workloads if groups[w.uuid] == group), key=size)
+        picks = [members[0], members[-1]] if per_group >= 2 and len(members) > 1 else members[:1]
+        out += [w.uuid for w in picks if w.uuid not in out]
+    return out
 
 
 Evaluator = Callable[[EvalRequest, float], EvalResult]

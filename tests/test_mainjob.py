@@ -1,0 +1,75 @@
+"""The main job as a newcomer meets it: what a run records, what resume= does with overrides and
+with a finished run, what a failed start leaves behind, and the supervisor's redesign limit."""
+
+import json
+
+import pytest
+import yaml
+
+TINY = ("tracking=none", "task.workloads=[00cb2bc2]", "budget.max_evaluations=2", "team=single", "seed=5")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One small finished run (CPU): its folder and the CLI's output."""
+    from conftest import run_evoteam
+
+    cwd = tmp_path_factory.mktemp("job")
+    run_dir = cwd / "runs" / "one"
+    result = run_evoteam(*TINY, f"run_dir={run_dir}", cwd=cwd, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return run_dir, result
+
+
+def test_the_saved_configuration_records_what_the_run_resolved_to(finished_run):
+    run_dir, _ = finished_run
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["hardware"]["name"] == "cpu"  # not "auto"
+    assert saved["timing_mode"] == "wallclock"  # what a CPU run measures with, not the GPU default
+    assert saved["task"]["scale"] == "small" and saved["seed"] == 5
+
+
+def test_resume_refuses_an_override_that_changes_what_the_run_measures(finished_run, evoteam_cli):
+    run_dir, _ = finished_run
+    result = evoteam_cli(f"resume={run_dir}", "task=kda_prefill", cwd=run_dir.parent)
+    assert result.returncode == 2, result.stdout[-2000:]
+    line = result.stderr.strip()
+    assert line.count("\n") == 0 and "Traceback" not in line, line
+    assert "task=" in line and "differs from the run's" in line, line
+    result = evoteam_cli(f"resume={run_dir}", "budget.max_evaluations=50", cwd=run_dir.parent)
+    assert result.returncode == 2 and "budget.max_evaluations" in result.stderr, result.stderr
+
+
+def test_resuming_a_finished_run_shows_its_table_and_measures_nothing(finished_run, evoteam_cli):
+    run_dir, _ = finished_run
+    before = (run_dir / "final" / "results.json").read_text()
+    attempts = (run_dir / "workspace" / "attempts.jsonl").read_text()
+    result = evoteam_cli(f"resume={run_dir}", "tracking=none", cwd=run_dir.parent)  # a safe override
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "finished earlier" in result.stdout and "remeasure=true" in result.stdout
+    assert (run_dir / "final" / "results.json").read_text() == before
+    assert (run_dir / "workspace" / "attempts.jsonl").read_text() == attempts
+
+
+@pytest.mark.parametrize("args, words", [
+    (("task.workloads=[ffffffff]",), "matches no workload"),  # refused inside the job, after Hydra made its folder
+    (("executor=docker", "executor.docker_host=unix:///nowhere/no-engine.sock"), "no container engine answers"),
+    (("llm=litellm", "llm.model=openai/gpt-4o-mini", "llm.api_key_env=EVOTEAM_NO_SUCH_KEY"), "EVOTEAM_NO_SUCH_KEY"),
+])
+def test_a_run_that_cannot_start_leaves_no_folder(tmp_path, evoteam_cli, args, words):
+    result = evoteam_cli("hardware=cpu", "tracking=none", *args, cwd=tmp_path)
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert not (tmp_path / "runs").exists(), sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+
+def test_max_redesigns_zero_keeps_the_first_team(tmp_path, evoteam_cli):
+    run_dir = tmp_path / "run"
+    result = evoteam_cli("tracking=none", "task.workloads=[00cb2bc2]", "budget.max_evaluations=8",
+                         "team.stall_evaluations=1", "team.max_redesigns=0", "seed=3", f"run_dir={run_dir}",
+                         cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    teams = [json.loads(line) for line in (run_dir / "workspace" / "teams.jsonl").read_text().splitlines()]
+    assert [t["index"] for t in teams if t["event"] == "start"] == [0], teams
+
+
