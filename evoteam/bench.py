@@ -3,7 +3,8 @@ hardware target with the harness (a trusted judge process; the candidate in a sa
 print a per-workload table (baseline and candidate time, speedup, noise, % of the bandwidth
 ceiling, status) with the geometric mean and wins, and write FlashInfer-Trace lines and a JSON report.
 
-Bad input gives one line on stderr and exit code 2.
+Exit code 0 when every workload passed, 1 when one did not (failed, flagged or not run), 2 for bad input
+(one line on stderr).
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         summary = report.summarize(outcome.results)
         args.json.write_text(json.dumps({"request": request.__dict__, "summary": summary.__dict__,
                                          "elapsed_s": elapsed, **outcome.to_json()}, indent=1))
-    return 0
+    return 0 if all(r.status == "PASSED" for r in outcome.results) else 1
 
 
 if __name__ == "__main__":

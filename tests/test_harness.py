@@ -133,3 +133,20 @@ def test_faster_than_the_physical_floor_is_flagged_not_a_win(small_uuids):
 def test_unknown_workload_is_an_error_of_the_caller():
     with pytest.raises(ValueError, match="not in task mla_decode"):
         Judge(_request("mla_torch.py", ["nope"]), hardware.load_spec("cpu")).run()
+
+
+def test_bench_exit_code_says_whether_every_workload_passed(tmp_path, small_uuids):
+    import subprocess
+    import sys
+
+    def bench(candidate):
+        return subprocess.run([sys.executable, "-m", "evoteam.bench", str(candidate), "--task", "mla_decode",
+                               "--hardware", "cpu", "--scale", "small", "--workloads", small_uuids[0][:8],
+                               "--reps", "1", "--warmup", "0"], capture_output=True, text=True, timeout=300)
+
+    good = bench(CANDIDATES / "mla_torch.py")
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+    bad = bench(CANDIDATES / "syntax_error.py")
+    assert bad.returncode == 1 and "rejected" in bad.stdout, bad.stdout[-2000:]
+    missing = bench(tmp_path / "absent.py")
+    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0, missing.stderr

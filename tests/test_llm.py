@@ -13,6 +13,7 @@ from fake_openai import FakeOpenAI, delay, error, reply, tool_call
 from evoteam.errors import UserError
 from evoteam.harness.model import EvalResult, WorkloadResult
 from evoteam.llm import LLMClient, LLMConfigError, LLMError
+from evoteam.team.agent import TurnContext
 from evoteam.team.budget import BudgetExceeded, Ledger
 from evoteam.team.llm_agent import LLMAgent
 from evoteam.team.llm_supervisor import propose_redesign
@@ -96,7 +97,7 @@ def test_usage_in_ledger_is_what_the_server_reported(server, key, tmp_path):
     ledger = make_ledger()
     evaluations = []
     toolbox = make_toolbox(tmp_path, ledger, CODER, evaluations)
-    summary = LLMAgent(CODER, make_client(server), task_brief="copy x to out").turn(toolbox, ledger, "state: empty")
+    summary = LLMAgent(CODER, make_client(server), task_brief="copy x to out").turn(toolbox, TurnContext(brief="state: empty"))
 
     assert len(server.requests) == 3 and server.steps_left == 0
     for role_usage in (ledger.total, ledger.by_team[TEAM], ledger.by_role[f"{TEAM}/coder"]):
@@ -134,7 +135,7 @@ def test_token_cap_of_a_role_limits_the_call(server, key, tmp_path):
     server.add(reply("done", prompt_tokens=50, completion_tokens=500))
     role = RoleSpec(name="lean", kind="analyst", model="openai/fake-model", token_cap=100, tools=("read_shared",))
     ledger = make_ledger()
-    LLMAgent(role, make_client(server)).turn(make_toolbox(tmp_path, ledger, role), ledger, "go")
+    LLMAgent(role, make_client(server)).turn(make_toolbox(tmp_path, ledger, role), TurnContext(brief="go"))
     assert server.requests[0]["max_tokens"] == 100
     assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["read_shared"]
     assert ledger.by_role[f"{TEAM}/lean"].completion_tokens == 100  # the server honours max_tokens
@@ -146,7 +147,7 @@ def test_budget_cap_stops_a_loop_that_would_run_forever(server, key, tmp_path):
     ledger = make_ledger(tokens=1000, max_output=256)
     agent = LLMAgent(CODER, make_client(server))
     with pytest.raises(BudgetExceeded):
-        agent.turn(make_toolbox(tmp_path, ledger, CODER), ledger, "go", max_steps=1000)
+        agent.turn(make_toolbox(tmp_path, ledger, CODER), TurnContext(brief="go"), max_steps=1000)
     # Calls at 0, 306, 612 and 918 tokens spent are allowed; the fifth is refused before it is sent.
     assert len(server.requests) == 4
     assert all(r["max_tokens"] == 256 for r in server.requests)
@@ -157,7 +158,7 @@ def test_budget_cap_stops_a_loop_that_would_run_forever(server, key, tmp_path):
 def test_max_steps_ends_the_turn(server, key, tmp_path):
     server.add(*[reply(None, tool_call("read_shared", {"what": "summaries"})) for _ in range(10)])
     ledger = make_ledger()
-    summary = LLMAgent(CODER, make_client(server)).turn(make_toolbox(tmp_path, ledger, CODER), ledger, "go",
+    summary = LLMAgent(CODER, make_client(server)).turn(make_toolbox(tmp_path, ledger, CODER), TurnContext(brief="go"),
                                                         max_steps=3)
     assert len(server.requests) == 3 and "max_steps=3" in summary and ledger.total.calls == 3
 
@@ -170,7 +171,7 @@ def test_malformed_tool_calls_get_an_error_and_the_loop_goes_on(server, key, tmp
         reply("giving up for now"),
     )
     ledger = make_ledger()
-    summary = LLMAgent(CODER, make_client(server)).turn(make_toolbox(tmp_path, ledger, CODER), ledger, "go")
+    summary = LLMAgent(CODER, make_client(server)).turn(make_toolbox(tmp_path, ledger, CODER), TurnContext(brief="go"))
     assert len(server.requests) == 3 and "answered" in summary and "giving up" in summary
     results = {m["tool_call_id"]: m["content"] for r in server.requests for m in r["messages"] if m["role"] == "tool"}
     assert results["bad1"].startswith("error:") and "rm_rf" in results["bad1"]
@@ -225,7 +226,7 @@ def test_journal_replays_a_conversation_without_the_server(server, key, tmp_path
     journal = tmp_path / "llm_journal.jsonl"
     server.add(*write_and_submit_script())
     ledger1 = make_ledger()
-    summary1 = LLMAgent(CODER, make_client(server, journal)).turn(make_toolbox(tmp_path, ledger1, CODER), ledger1, "go")
+    summary1 = LLMAgent(CODER, make_client(server, journal)).turn(make_toolbox(tmp_path, ledger1, CODER), TurnContext(brief="go"))
     assert len(server.requests) == 3 and len(journal.read_text().splitlines()) == 3
 
     # A resumed run: same workspace, new ledger, client and server (which would fail every request).
@@ -233,7 +234,7 @@ def test_journal_replays_a_conversation_without_the_server(server, key, tmp_path
         ledger2 = make_ledger()
         evaluations = []
         client2 = make_client(fresh, journal)
-        summary2 = LLMAgent(CODER, client2).turn(make_toolbox(tmp_path, ledger2, CODER, evaluations), ledger2, "go")
+        summary2 = LLMAgent(CODER, client2).turn(make_toolbox(tmp_path, ledger2, CODER, evaluations), TurnContext(brief="go"))
         assert fresh.requests == [] and client2.requests_sent == 0
         assert evaluations == []  # the evaluation comes from the workspace journal too
     assert summary2 == summary1

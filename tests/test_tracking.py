@@ -344,7 +344,12 @@ def test_resume_continues_the_same_mlflow_run(sweep):
     run = client.search_runs([experiment.experiment_id],
                              "tags.`evoteam.kind` = 'run' and tags.`evoteam.budget_mode` = 'equal'")[0]
     run_dir = run.data.tags["evoteam.run_dir"]
-    proc = run_evoteam(f"resume={run_dir}", cwd=sweep["root"], env={"EVOTEAM_CACHE_DIR": str(sweep["root"] / "cache")})
+    env = {"EVOTEAM_CACHE_DIR": str(sweep["root"] / "cache")}
+    # A finished run only shows its table: nothing is measured or logged again.
+    shown = run_evoteam(f"resume={run_dir}", cwd=sweep["root"], env=env)
+    assert shown.returncode == 0 and "finished earlier" in shown.stdout, shown.stdout[-3000:] + shown.stderr[-3000:]
+    assert len(client.get_metric_history(run.info.run_id, "final_geomean_speedup")) == 1
+    proc = run_evoteam(f"resume={run_dir}", "remeasure=true", cwd=sweep["root"], env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"mlflow: run {run.info.run_id} " in proc.stdout
     runs = client.search_runs([experiment.experiment_id], "tags.`evoteam.kind` = 'run'")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from evoteam.llm import LLMClient, LLMReply, ToolCall
-from evoteam.team.budget import Ledger
+from evoteam.team.agent import TurnContext
 from evoteam.team.spec import RoleSpec
 from evoteam.team.toolbox import Toolbox, schemas_for
 
@@ -65,9 +65,10 @@ class LLMAgent:
             parts.append(f"The task:\n{self.task_brief}")
         return "\n\n".join(p for p in parts if p)
 
-    def turn(self, toolbox: Toolbox, ledger: Ledger, context: str, max_steps: int = 8) -> str:
-        """One turn of this role; returns a short summary. BudgetExceeded propagates."""
-        role = self.role
+    def turn(self, toolbox: Toolbox, context: TurnContext, max_steps: int = 8) -> str:
+        """One turn of this role; returns its account. BudgetExceeded propagates."""
+        role, ledger = self.role, toolbox.ledger
+        context = context.brief
         tools = schemas_for(role) or None
         messages: list[dict] = [{"role": "system", "content": self.system_message()},
                                 {"role": "user", "content": context or "Start."}]

@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 
 from evoteam.families import Family, apply_params
+from evoteam.team.agent import TurnContext
 from evoteam.team.progress import Progress
 from evoteam.team.spec import RoleSpec
 from evoteam.team.toolbox import Toolbox, describe
@@ -174,7 +175,8 @@ class OfflineAgent:
             return self._evaluate(toolbox, point_of(best), "benchmark", all_workloads)
         return self.tune(toolbox)
 
-    def turn(self, toolbox: Toolbox, progress: Progress, turn_index: int) -> str:
+    def turn(self, toolbox: Toolbox, context: TurnContext) -> str:
+        progress, turn_index = context.progress or Progress(), context.round
         kind = self.role.kind
         if kind == "explorer":
             return self.explore(toolbox)

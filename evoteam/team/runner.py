@@ -23,6 +23,7 @@ from pathlib import Path
 from evoteam.harness.executor import evaluate as harness_evaluate
 from evoteam.harness.model import WorkloadResult
 from evoteam.llm import Usage
+from evoteam.team.agent import TurnContext
 from evoteam.team.budget import BudgetExceeded, Ledger
 from evoteam.team.offline import OfflineAgent, SearchSpace
 from evoteam.team.progress import Progress, progress_of
@@ -127,12 +128,11 @@ class TeamRun:
         agent = self._agent(role, position)
         extra = {"evaluator": self.evaluator} if self.evaluator is not None else {}
         toolbox = Toolbox(self.workspace, self.settings, self.ledger, s.spec.spec_id, role, **extra)
-        if isinstance(agent, OfflineAgent):
-            return agent.turn(toolbox, self.progress(), s.round)
-        context = (f"Task {self.task.name}: {self.task.definition.description or ''}\n"
-                   f"Progress: {self.progress().report()}\nWorkload groups: "
-                   + ", ".join(f"{g}: {len(u)} workloads" for g, u in self.group_workloads.items()))
-        return agent.turn(toolbox, self.ledger, context)
+        progress = self.progress()
+        brief = (f"Task {self.task.name}: {self.task.definition.description or ''}\n"
+                 f"Progress: {progress.report()}\nWorkload groups: "
+                 + ", ".join(f"{g}: {len(u)} workloads" for g, u in self.group_workloads.items()))
+        return agent.turn(toolbox, TurnContext(brief=brief, progress=progress, round=s.round))
 
     def run(self) -> str:
         """Run until a budget is spent. Returns why it stopped."""
