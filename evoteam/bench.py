@@ -17,7 +17,7 @@ from pathlib import Path
 
 from evoteam import hardware, report
 from evoteam.errors import EXIT_BAD_INPUT, UserError
-from evoteam.harness.model import TIMING_MODES
+from evoteam.harness.model import CPU_ROUNDS, TIMING_MODES, TimingMode
 from evoteam.schema import append_traces
 
 
@@ -104,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
     labels = {w.uuid: shape_label(w) for w in workloads}
     by_uuid = {w.uuid: w for w in workloads}
     name = args.label or solution.stem
-    warmup = args.warmup if args.warmup is not None else (3 if hw.is_gpu else 1)
-    reps = args.reps if args.reps is not None else (30 if hw.is_gpu else 3)
+    rounds = (EvalRequest.warmup, EvalRequest.reps) if hw.is_gpu else CPU_ROUNDS
+    warmup = args.warmup if args.warmup is not None else rounds[0]
+    reps = args.reps if args.reps is not None else rounds[1]
     request = EvalRequest(task=task.name, hardware=hw.name, solution=str(solution.resolve()), entry=args.entry,
                           workloads=list(by_uuid), scale=scale, trials=args.trials, seed=args.seed,
                           timing_mode=args.timing, second_figure=not args.no_second_figure, baseline=args.baseline,
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                           static_scan=not args.no_static_scan, sandbox=args.sandbox,
                           workload_timeout_s=args.timeout)
     print(f"evoteam.bench: {name} on {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; "
-          f"baseline {args.baseline} {request.baseline_options or ''}; timing {args.timing if hw.is_gpu else 'wallclock'}; "
+          f"baseline {args.baseline} {request.baseline_options or ''}; timing {TimingMode.on(args.timing, hw.is_gpu)}; "
           f"seed {'secret' if args.seed is None else args.seed}", flush=True)
     done = {"n": 0}
 

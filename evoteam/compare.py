@@ -19,7 +19,6 @@ import argparse
 import csv
 import io
 import json
-import math
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
+from evoteam.harness.model import geomean
 from evoteam.tracking.plots import pyplot, save_axes
 from evoteam.tracking.store import (
     DEFAULT_EXPERIMENT,
@@ -118,11 +118,6 @@ def load_runs(client, experiment_id: str, sweep_id: str | None = None) -> list[R
     return rows
 
 
-def _geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -136,7 +131,7 @@ def build_table(rows: list[RunRow]) -> list[Row]:
         cells = {}
         for mode in MODES:
             runs = by_mode.get(mode, [])
-            cells[mode] = Cell(runs=len(runs), geomean=_geomean([r.geomean for r in runs]),
+            cells[mode] = Cell(runs=len(runs), geomean=geomean([r.geomean for r in runs]),
                                wins=_mean([r.wins for r in runs]), workloads=_mean([r.workloads for r in runs]),
                                tokens=_mean([r.tokens for r in runs]))
         table.append(Row(team, hw, task, cells))

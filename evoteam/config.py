@@ -132,17 +132,6 @@ class EvoteamConfig:
     remeasure: bool = False  # with resume= of a finished run: measure its final kernels again
 
 
-SCHEMAS = {
-    "hardware": HardwareConfig,
-    "task": TaskConfig,
-    "budget": BudgetConfig,
-    "team": TeamConfig,
-    "llm": LLMConfig,
-    "executor": ExecutorConfig,
-    "tracking": TrackingConfig,
-}
-
-
 def register() -> None:
     ConfigStore.instance().store(name="evoteam_schema", node=EvoteamConfig)
     register_options()

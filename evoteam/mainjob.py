@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from evoteam import hardware, report, tracking
 from evoteam.errors import UserError
+from evoteam.harness.model import TimingMode
 from evoteam.schema import append_traces
 
 # Keys a resumed run may take from the command line: where and how it is tracked and run, never what it measures.
@@ -88,10 +89,6 @@ def _finished_earlier(run_dir: Path) -> dict | None:
     return saved if saved.get("finished") else None
 
 
-def _effective_timing(cfg: DictConfig, hw) -> str:
-    return cfg.timing_mode.value if hw.is_gpu else "wallclock"
-
-
 def _show_finished(run_dir: Path, cfg: DictConfig) -> float | None:
     """A finished run's final table, as it was measured (nothing is run or logged again)."""
     from evoteam.harness.model import WorkloadResult
@@ -137,7 +134,7 @@ def run(cfg: DictConfig) -> float | None:
     seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
     # The configuration as it resolved (the target, the scale, the timing mode, the seed) is what is recorded.
     cfg = OmegaConf.merge(cfg, {"hardware": {"name": hw.name}, "task": {"scale": scale}, "seed": seed,
-                                "timing_mode": _effective_timing(cfg, hw)})
+                                "timing_mode": TimingMode.on(cfg.timing_mode, hw.is_gpu)})
     if run_dir is None:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from evoteam.harness.model import WorkloadResult
+from evoteam.harness.model import WorkloadResult, geomean
 
 
 @dataclass(frozen=True)
@@ -30,11 +29,11 @@ class Summary:
 
 def summarize(results: list[WorkloadResult]) -> Summary:
     timed = [r for r in results if r.speedup is not None]
-    geomean = math.exp(sum(math.log(r.speedup) for r in timed) / len(timed)) if timed else None
+    mean = geomean(r.speedup for r in timed)
     worst = min(timed, key=lambda r: r.speedup) if timed else None
     noises = [r.noise for r in results if r.noise is not None]
     return Summary(workloads=len(results), passed=sum(r.status == "PASSED" for r in results),
-                   wins=sum(r.speedup > 1.0 for r in timed), geomean_speedup=geomean,
+                   wins=sum(r.speedup > 1.0 for r in timed), geomean_speedup=mean,
                    worst_speedup=worst.speedup if worst else None, worst_workload=worst.uuid if worst else None,
                    max_noise=max(noises) if noises else None)
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -192,18 +191,6 @@ class Task:
         """The task's grouping of workloads (its optional `workload_group`), else "all"."""
         fn = getattr(self.module, "workload_group", None)
         return "all" if fn is None else str(fn(workload))
-
-    # ------------------------------------------------------------ kernels
-    @property
-    def seed_kernel_path(self) -> Path:
-        return self.folder / "seed_triton.py"
-
-    def load_kernel(self, path: str | Path, entry: str = "run") -> Callable[..., Any]:
-        module = load_module_from_path(Path(path))
-        fn = getattr(module, entry, None)
-        if not callable(fn):
-            raise AttributeError(f"{path}: no callable '{entry}' (the kernel entry point)")
-        return fn
 
 
 @cache

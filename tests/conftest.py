@@ -26,3 +26,10 @@ def evoteam_cli():
 def _private_cache(tmp_path_factory, monkeypatch):
     """Baseline-timing caches and run folders of the tests stay out of the user's home."""
     monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+def seed_kernel(task):
+    """The `run` of a task's seed kernel (kernels/<task>/seed_triton.py)."""
+    from evoteam.task import load_module_from_path
+
+    return load_module_from_path(task.folder / "seed_triton.py").run

@@ -26,6 +26,8 @@ from evoteam.harness.check import (
 from evoteam.schema import Correctness
 from evoteam.task import available_tasks, load_task, load_task_folder
 
+from conftest import seed_kernel
+
 TOY_FOLDER = Path(__file__).parent / "data" / "toy_task"
 REAL_TASKS = sorted({"mla_decode", "kda_prefill", *available_tasks()})
 TASK_FILES = ("definition.json", "workloads.jsonl", "reference.py", "task.py")
@@ -304,7 +306,7 @@ def test_replayed_outputs_fail(task_wl, device):
 
 def test_toy_seed_kernel_passes(toy):
     task, _ = toy
-    kernel = task.load_kernel(task.seed_kernel_path)
+    kernel = seed_kernel(task)
     for wl in task.scaled_workloads("full"):
         result = check_kernel(task, wl, kernel)
         assert result.passed, result.summary()
@@ -537,6 +539,7 @@ ASYNC_ERROR_SCRIPT = """
 import sys, torch
 from evoteam.harness.check import check_kernel
 from evoteam.task import load_task_folder
+from conftest import seed_kernel
 task = load_task_folder(sys.argv[1])
 wl = task.scaled_workloads("small")[0]
 def kernel(x, lengths, scale, out, lse):

@@ -43,7 +43,7 @@ def test_every_task_has_its_families():
         families = load_families(task)
         assert {f.name for f in families} >= FAMILY_NAMES.get(task, {"seed"})
         folder = load_task(task).folder
-        assert family(task, "seed").path == load_task(task).seed_kernel_path
+        assert family(task, "seed").path == load_task(task).folder / "seed_triton.py"
         for f in families:
             assert f.path.parent == folder and f.description
             assert set(f.space) == set(f.default), f"{task}/{f.name}: space and PARAMS name other keys"

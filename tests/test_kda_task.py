@@ -17,6 +17,8 @@ import torch  # noqa: E402
 
 from evoteam.task import Tolerance, load_module_from_path, load_task  # noqa: E402
 
+from conftest import seed_kernel
+
 TASK = load_task("kda_prefill")
 SMALL = TASK.scaled_workloads("small")
 INPUT_NAMES = ["q", "k", "v", "g_raw", "beta_logits", "A_log", "dt_bias", "initial_state", "cu_seqlens",
@@ -213,7 +215,7 @@ def test_planted_errors_fail_the_tolerances(small_cases):
 
 def test_seed_kernel_matches_reference_under_interpreter(small_cases):
     assert os.environ.get("TRITON_INTERPRET") == "1"
-    kernel = TASK.load_kernel(TASK.seed_kernel_path)
+    kernel = seed_kernel(TASK)
     for w, inputs, ref, _ in small_cases:
         snapshot = {n: x.clone() for n, x in inputs.items() if isinstance(x, torch.Tensor)}
         shapes = TASK.output_shapes(w, inputs)
@@ -237,7 +239,7 @@ def test_seed_kernel_matches_reference_under_interpreter(small_cases):
 def test_seed_kernel_passes_the_shared_checker():
     from evoteam.harness.check import check_kernel
 
-    kernel = TASK.load_kernel(TASK.seed_kernel_path)
+    kernel = seed_kernel(TASK)
     w = next(w for w in SMALL if small_id(w) == "t8192_n2x4096_h32_bounded_init")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

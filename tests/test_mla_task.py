@@ -16,6 +16,8 @@ from mla_inputs import SM_SCALE, mla_inputs  # noqa: E402
 
 from evoteam.task import Tolerance, load_task  # noqa: E402
 
+from conftest import seed_kernel
+
 FULL_NUM_PAGES = 989_669
 
 # sha256 of kv_indptr ('<i4' bytes) followed by kv_indices ('<i4' bytes), as synthesized: pins
@@ -247,7 +249,7 @@ def test_reference_matches_float64(task, lengths, num_pages):
 
 @pytest.fixture(scope="module")
 def seed(task):
-    return task.load_kernel(task.seed_kernel_path)
+    return seed_kernel(task)
 
 
 def run_seed_and_check(task, seed, inputs, workload=None):

@@ -88,7 +88,7 @@ def test_flashinfer_bench_accepts_our_definitions_and_workloads(fib, task_name):
 
 def test_flashinfer_bench_accepts_our_solutions_and_traces(fib):
     task = load_task("mla_decode")
-    solution = schema.Solution.from_file(task.seed_kernel_path, definition=task.definition.name,
+    solution = schema.Solution.from_file(task.folder / "seed_triton.py", definition=task.definition.name,
                                          target_hardware=("h200", "cpu"))
     parsed = fib.Solution.model_validate(solution.to_json())
     assert parsed.spec.entry_point == "seed_triton.py::run"

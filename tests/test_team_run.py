@@ -42,15 +42,15 @@ def test_a_stall_triggers_a_redesign_and_the_history_records_it(tmp_path):
                                                                                 ["offline"]),
                   seed=1, log=logs.append, evaluator=_flat_evaluator)
     assert run.run() == "evaluation budget spent: 12 of 12"
-    teams = [e for e in run.workspace.teams() if e["event"] == "start"]
+    teams = run.workspace.teams()
     assert len(teams) >= 2, logs
-    assert teams[1]["designed_by"] == "rules" and teams[1]["parent"] == spec.spec_id
-    assert "no improvement beyond the noise" in teams[1]["reason"] and teams[1]["expected_effect"]
-    ends = [e for e in run.workspace.teams() if e["event"] == "end"]
-    assert ends and ends[0]["verdict"].startswith(("confirmed", "refuted"))
+    assert teams[1].designed_by == "rules" and teams[1].spec.parent == spec.spec_id
+    assert "no improvement beyond the noise" in teams[1].spec.reason and teams[1].spec.expected_effect
+    ends = [t.outcome for t in teams if t.outcome is not None]
+    assert ends and ends[0].verdict.startswith(("confirmed", "refuted"))
     # No design is made once no evaluation is left for it: every team ran at least one.
-    assert all(t.get("at_evaluation", 0) < 12 for t in teams), [t.get("at_evaluation") for t in teams]
-    assert all(e["evaluations"] > 0 for e in ends), ends
+    assert all(t.at_evaluation < 12 for t in teams), [t.at_evaluation for t in teams]
+    assert all(e.evaluations > 0 for e in ends), ends
     assert "team 1 (rules" in run.history() and "expected:" in run.history()
     # Every evaluation is a distinct candidate: nothing was evaluated twice.
     keys = [a.key for a in run.workspace.attempts]

@@ -33,7 +33,7 @@ from mlflow import MlflowClient  # noqa: E402
 from evoteam import compare, tracking  # noqa: E402
 from evoteam.errors import UserError  # noqa: E402
 from evoteam.families import load_families  # noqa: E402
-from evoteam.harness.model import EvalResult, WorkloadResult  # noqa: E402
+from evoteam.harness.model import EvalResult, WorkloadResult, geomean  # noqa: E402
 from evoteam.task import load_task  # noqa: E402
 from evoteam.team import presets  # noqa: E402
 from evoteam.team import runner as runner_module  # noqa: E402
@@ -159,28 +159,28 @@ def test_team_evolution_metrics_artifacts_and_resume(tmp_path, monkeypatch):
     assert m["final_wins"] == 0 and m["final_workloads"] == 1 and m["final_evaluations"] == 12
 
     # Team evolution: one nested run per team configuration, in the journal's order.
-    starts = [e for e in team_run.workspace.teams() if e["event"] == "start"]
-    ends = {e["index"]: e for e in team_run.workspace.teams() if e["event"] == "end"}
-    assert len(starts) >= 2  # the stall made the supervisor redesign the team
+    records = team_run.workspace.teams()  # the typed journal: one record per team, with its outcome
+    assert len(records) >= 2 and all(r.outcome is not None for r in records)  # the stall made a redesign
     teams = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
     teams = sorted(teams, key=lambda r: int(r.data.tags["evoteam.team_index"]))
-    assert [int(t.data.tags["evoteam.team_index"]) for t in teams] == [e["index"] for e in starts]
-    for team, start in zip(teams, starts):
+    assert [int(t.data.tags["evoteam.team_index"]) for t in teams] == [r.index for r in records]
+    for team, record in zip(teams, records):
+        spec, end = record.spec, record.outcome
         assert team.data.tags[tracking.KIND] == "team"
-        assert team.data.params["spec_id"] == start["spec_id"]
-        assert team.data.params["topology"] == start["topology"]
-        assert team.data.params["roles"] == ", ".join(f"{r['name']}:{r['kind']}" for r in start["roles"])
-        assert team.data.tags["evoteam.reason"] == start["reason"] and start["reason"]
-        assert team.data.tags["evoteam.expected_effect"] == start["expected_effect"]
+        assert team.data.params["spec_id"] == spec.spec_id
+        assert team.data.params["topology"] == spec.topology
+        assert team.data.params["roles"] == ", ".join(f"{r.name}:{r.kind}" for r in spec.roles)
+        assert team.data.tags["evoteam.reason"] == spec.reason and spec.reason
+        assert team.data.tags["evoteam.expected_effect"] == spec.expected_effect
         assert team.info.status == "FINISHED"
-        assert team.data.tags["evoteam.verdict"] == ends[start["index"]]["verdict"]
-        ran = ends[start["index"]]["evaluations"] > 0  # a design made as the budget ran out never ran
+        assert team.data.tags["evoteam.verdict"] == end.verdict
+        ran = end.evaluations > 0  # a design made as the budget ran out never ran
         assert team.data.tags["evoteam.verdict"].startswith(("confirmed", "refuted") if ran else ("untested",))
         assert "team_spec.json" in _artifacts(client, team.info.run_id)
     assert teams[1].data.tags["evoteam.designed_by"] == "rules"
-    assert teams[1].data.params["parent"] == starts[0]["spec_id"]
+    assert teams[1].data.params["parent"] == records[0].spec.spec_id
     assert "no improvement beyond the noise" in teams[1].data.tags["evoteam.reason"]
-    assert teams[0].data.metrics["team_evaluations"] == ends[0]["evaluations"]
+    assert teams[0].data.metrics["team_evaluations"] == records[0].outcome.evaluations
 
     files = _artifacts(client, run_id)
     assert "config.yaml" in files and "teams/teams.jsonl" in files
@@ -334,7 +334,7 @@ def test_plots_are_pngs(tmp_path):
     assert (tmp_path / "a.png").read_bytes().startswith(PNG) and (tmp_path / "b.png").read_bytes().startswith(PNG)
     assert tracking.flatten({"a": {"b": 1, "c": [1, 2]}, "d": None}) == {"a.b": "1", "a.c": "[1, 2]", "d": "null"}
     assert tracking.resolve_uri("sqlite:///x.db") == "sqlite:///" + str(Path("x.db").resolve())
-    assert math.isclose(compare._geomean([2.0, 0.5]), 1.0)
+    assert math.isclose(geomean([2.0, 0.5, None, 0.0]), 1.0)
 
 
 def test_resume_continues_the_same_mlflow_run(sweep):

@@ -282,15 +282,6 @@ AUTO_ORDER = {"cpu": ["reference"], "cuda": ["flashinfer", "fla", "reference"],
               "rocm": ["aiter", "fla", "reference"]}
 
 
-def availability(task: Task, hw: HardwareSpec) -> dict[str, str]:
-    """'available' or 'unavailable: <reason>' for every adapter."""
-    out = {}
-    for name, cls in ADAPTERS.items():
-        reason = cls().unavailable_reason(task, hw)
-        out[name] = "available" if reason is None else f"unavailable: {reason}"
-    return out
-
-
 def create(name: str, task: Task, hw: HardwareSpec, **options: Any) -> Baseline:
     if name == "auto":
         for candidate in AUTO_ORDER[hw.backend]:

@@ -64,8 +64,16 @@ class TimingMode(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def on(cls, requested: str, is_gpu: bool) -> str:
+        """The mode a target uses for a requested one: a CPU has no device clock, so it uses wallclock."""
+        return cls(requested).value if is_gpu else cls.wallclock.value
+
 
 TIMING_MODES = tuple(m.value for m in TimingMode)
+
+# (warm-up, timed) rounds on a CPU, where the Triton interpreter makes each call slow
+CPU_ROUNDS = (1, 3)
 
 
 @dataclass
@@ -93,21 +101,6 @@ class EvalRequest:
     workload_timeout_s: float = 600.0  # one workload's limit (compilation included); the sandbox is killed after it
     memory_limit_gib: float = 32.0  # the runner's host memory (cgroup)
     process_limit: int = 512  # the runner's processes and threads (cgroup)
-
-
-@dataclass
-class TimingFigure:
-    """One side's time in one mode: the median per call and its spread over the timed rounds."""
-
-    mode: str
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    samples: int
-    calls_per_batch: int = 1
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -180,8 +173,9 @@ class EvalResult:
 
 
 def geomean(values) -> float | None:
-    """The geometric mean of positive numbers; None for none."""
-    values = [v for v in values if v]
+    """The geometric mean of the positive numbers among values (None and 0 are left out); None for none.
+    The one definition of the platform's headline figure."""
+    values = [v for v in values if v is not None and v > 0]
     if not values:
         return None
     return math.exp(sum(math.log(v) for v in values) / len(values))

@@ -121,24 +121,6 @@ def physical_floor_ms(min_bytes: float, bandwidth_tbs: float | None) -> float | 
     return min_bytes / (bandwidth_tbs * 1e12) * 1e3
 
 
-def aliased(outputs: dict, inputs: dict) -> list[tuple[str, str]]:
-    """(output, input) pairs whose storage overlaps."""
-    pairs = []
-    for oname, out in outputs.items():
-        if not hasattr(out, "untyped_storage"):
-            continue
-        o_lo = out.data_ptr()
-        o_hi = o_lo + out.numel() * out.element_size()
-        for iname, inp in inputs.items():
-            if not hasattr(inp, "untyped_storage") or inp.device != out.device:
-                continue
-            i_lo = inp.data_ptr()
-            i_hi = i_lo + inp.numel() * inp.element_size()
-            if o_lo < i_hi and i_lo < o_hi:
-                pairs.append((oname, iname))
-    return pairs
-
-
 def jit_function_names(source: str) -> list[str]:
     """Names of the functions the source decorates with triton.jit (or @jit): its own kernels."""
     names = []

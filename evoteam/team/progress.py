@@ -4,10 +4,10 @@ since the last improvement beyond noise, and tokens spent per improvement."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from evoteam.harness.model import geomean
 from evoteam.team.workspace import Attempt
 
 DEFAULT_NOISE = 0.02  # until a measurement says otherwise
@@ -22,10 +22,6 @@ def failure_type(status: str) -> str:
     if status == "PASSED":
         return ""
     return FAILURE_TYPES.get(status, "wrong result")
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 @dataclass
@@ -78,7 +74,7 @@ def progress_of(attempts: list[Attempt], groups: dict[str, str]) -> Progress:
             for uuid, s in a.speedups.items():
                 by_group.setdefault(groups.get(uuid, "all"), []).append(s)
             for group, values in by_group.items():
-                g = _geomean(values)
+                g = geomean(values)
                 old = p.best_by_group.get(group)
                 if old is None or g > old * (1 + p.noise):
                     improved = True

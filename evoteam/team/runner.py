@@ -25,6 +25,7 @@ from evoteam.harness.model import WorkloadResult
 from evoteam.llm import Usage
 from evoteam.team.agent import TurnContext
 from evoteam.team.budget import BudgetExceeded, Ledger
+from evoteam.team.journal import TeamOutcome, TeamRecord
 from evoteam.team.offline import OfflineAgent, SearchSpace
 from evoteam.team.progress import Progress, progress_of
 from evoteam.team.spec import TeamSpec
@@ -85,8 +86,7 @@ class TeamRun:
                      f"{len(self.workspace.attempts)} finished evaluations kept")
         else:
             self.state = RunState(spec=preset, tried=[preset.spec_id])
-            self.workspace.record_team({"event": "start", "index": 0, "designed_by": "preset", "at_evaluation": 0,
-                                        **preset.to_json()})
+            self.workspace.record_team_start(TeamRecord(0, "preset", 0, preset))
 
     # ------------------------------------------------------------------ checkpoints
     def _restore_ledger(self) -> None:
@@ -181,8 +181,7 @@ class TeamRun:
         s.spec = new_spec
         s.tried.append(new_spec.spec_id)
         s.team_start_evaluations = progress.evaluations
-        self.workspace.record_team({"event": "start", "index": s.team_index, "designed_by": designer,
-                                    "at_evaluation": progress.evaluations, **new_spec.to_json()})
+        self.workspace.record_team_start(TeamRecord(s.team_index, designer, progress.evaluations, new_spec))
         self.log(f"supervisor ({designer}): {new_spec.reason}\n  -> {new_spec.summary()}\n"
                  f"  expects: {new_spec.expected_effect}")
 
@@ -190,12 +189,11 @@ class TeamRun:
         s = self.state
         start = self.progress(s.team_start_evaluations)
         now = self.progress()
-        self.workspace.record_team({"event": "end", "index": s.team_index, "spec_id": s.spec.spec_id,
-                                    "evaluations": now.evaluations - start.evaluations,
-                                    "best_before": start.best_geomean, "best_after": now.best_geomean,
-                                    "correct_rate": now.correct_rate, "failures": dict(now.failures),
-                                    "tokens": self.ledger.by_team.get(s.spec.spec_id, Usage()).to_json(),
-                                    "verdict": verdict(s.spec, start, now)})
+        self.workspace.record_team_end(TeamOutcome(
+            index=s.team_index, spec_id=s.spec.spec_id, evaluations=now.evaluations - start.evaluations,
+            best_before=start.best_geomean, best_after=now.best_geomean, correct_rate=now.correct_rate,
+            failures=dict(now.failures), tokens=self.ledger.by_team.get(s.spec.spec_id, Usage()),
+            verdict=verdict(s.spec, start, now)))
 
     # ------------------------------------------------------------------ the result
     def dispatch(self) -> dict[str, str]:
@@ -248,24 +246,19 @@ class TeamRun:
 
     def history(self) -> str:
         lines = []
-        ends = {e["index"]: e for e in self.workspace.teams() if e["event"] == "end"}
-        for e in self.workspace.teams():
-            if e["event"] != "start":
-                continue
-            spec = TeamSpec.from_json({k: v for k, v in e.items() if k not in ("event", "index", "designed_by",
-                                                                               "at_evaluation")})
-            end = ends.get(e["index"])
-            lines.append(f"team {e['index']} ({e['designed_by']}, from evaluation {e['at_evaluation']}): "
+        for team in self.workspace.teams():
+            spec, end = team.spec, team.outcome
+            lines.append(f"team {team.index} ({team.designed_by}, from evaluation {team.at_evaluation}): "
                          f"{spec.summary()}")
             if spec.reason:
                 lines.append(f"    why: {spec.reason}")
             if spec.expected_effect:
                 lines.append(f"    expected: {spec.expected_effect}")
             if end:
-                before = "-" if end["best_before"] is None else f"{end['best_before']:.3f}x"
-                after = "-" if end["best_after"] is None else f"{end['best_after']:.3f}x"
-                lines.append(f"    outcome: {end['evaluations']} evaluations, best {before} -> {after}, "
-                             f"{end['tokens']['total_tokens']} tokens; {end['verdict']}")
+                before = "-" if end.best_before is None else f"{end.best_before:.3f}x"
+                after = "-" if end.best_after is None else f"{end.best_after:.3f}x"
+                lines.append(f"    outcome: {end.evaluations} evaluations, best {before} -> {after}, "
+                             f"{end.tokens.total_tokens} tokens; {end.verdict}")
         return "\n".join(lines)
 
 

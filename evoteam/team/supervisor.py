@@ -7,28 +7,12 @@ rule-based otherwise (and as the fallback when the LLM's proposal is invalid).""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from evoteam.team.progress import Progress
 from evoteam.team.spec import RoleSpec, SpecError, TeamSpec
 
 FAILURE_STREAK = 3  # the same failure this many times in a row is a stall too
-
-
-@dataclass
-class Review:
-    spec_id: str
-    evaluations: int  # of this team
-    best_before: float | None
-    best_after: float | None
-    improvements: int
-    failures_before: dict
-    failures_after: dict
-    expected_effect: str
-    verdict: str  # what happened against what was expected
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
 
 
 def stalled(spec: TeamSpec, progress: Progress, team_evaluations: int) -> str | None:

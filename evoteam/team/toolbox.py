@@ -12,13 +12,12 @@ dispatches such a call and always returns a string for the model (errors include
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from evoteam.harness import scan
 from evoteam.harness.executor import evaluate
-from evoteam.harness.model import EvalRequest, EvalResult
+from evoteam.harness.model import CPU_ROUNDS, EvalRequest, EvalResult, TimingMode, geomean
 from evoteam.team.budget import Ledger
 from evoteam.team.spec import RoleSpec
 from evoteam.team.workspace import Attempt, Workspace, evaluation_key
@@ -58,7 +57,7 @@ class HarnessSettings:
         warmup, reps = GPU_ROUNDS if hw.is_gpu else CPU_ROUNDS
         return cls.for_run(
             task.name, hw.name, cfg.task.scale or hw.problem_scale,
-            timing_mode=cfg.timing_mode.value if hw.is_gpu else "wallclock", baseline=cfg.task.baseline,
+            timing_mode=TimingMode.on(cfg.timing_mode, hw.is_gpu), baseline=cfg.task.baseline,
             trials=cfg.task.check_trials, warmup=warmup, reps=reps, workload_timeout_s=cfg.executor.timeout_s,
             sandbox=cfg.executor.sandbox.value, memory_limit_gib=cfg.executor.memory_gib,
             process_limit=cfg.executor.pids_limit, second_figure=False,
@@ -69,8 +68,7 @@ class HarnessSettings:
             all_workloads=[w.uuid for w in workloads])
 
 
-# (warm-up, timed) rounds of a search evaluation: the Triton interpreter is slow on a CPU
-CPU_ROUNDS = (1, 3)
+# (warm-up, timed) rounds of a search evaluation on a GPU: fewer than a final table's (EvalRequest's defaults)
 GPU_ROUNDS = (3, 20)
 
 
@@ -104,11 +102,10 @@ def summarize_result(result: EvalResult) -> tuple[str, str, dict[str, float], di
     failed = [r for r in result.results if r.status != "PASSED"]
     speedups = {r.uuid: r.speedup for r in result.results if r.speedup is not None}
     noises = [r.noise for r in result.results if r.noise is not None]
-    geomean = (math.exp(sum(math.log(s) for s in speedups.values()) / len(speedups))
-               if speedups and not failed else None)
+    mean = geomean(speedups.values()) if not failed else None
     status = failed[0].status if failed else "PASSED"
     failure = f"{failed[0].uuid[:8]}: {failed[0].detail}" if failed else ""
-    return status, failure, speedups, statuses, (max(noises) if noises else None), geomean
+    return status, failure, speedups, statuses, (max(noises) if noises else None), mean
 
 
 class Toolbox:

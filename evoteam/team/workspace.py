@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from evoteam.schema import append_journal, read_journal
+from evoteam.team.journal import TeamOutcome, TeamRecord, read_teams
 
 
 @dataclass
@@ -83,11 +84,14 @@ class Workspace:
         self._attempts.append(attempt)
 
     # ------------------------------------------------------------------ teams, strategy, notes
-    def record_team(self, entry: dict) -> None:
-        self._append(self.teams_path, entry)
+    def record_team_start(self, record: TeamRecord) -> None:
+        self._append(self.teams_path, record.start_json())
 
-    def teams(self) -> list[dict]:
-        return read_journal(self.teams_path)
+    def record_team_end(self, outcome: TeamOutcome) -> None:
+        self._append(self.teams_path, outcome.to_json())
+
+    def teams(self) -> list[TeamRecord]:
+        return read_teams(read_journal(self.teams_path))
 
     def record_strategy(self, entry: dict) -> None:
         self._append(self.strategy_path, entry)

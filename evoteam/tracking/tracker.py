@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evoteam.errors import UserError
+from evoteam.team.journal import TeamRecord
 from evoteam.tracking.plots import plot_steps
 from evoteam.tracking.store import (
     KIND,
@@ -182,42 +183,37 @@ class Tracker(NullTracker):
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
-        for event in team_run.workspace.teams():
-            index = int(event["index"])
-            if event["event"] == "start" and index not in self.team_runs:
-                spec = {k: v for k, v in event.items() if k not in ("event", "index")}
-                roles = ", ".join(f"{r['name']}:{r['kind']}" for r in spec.get("roles", []))
-                name = f"team {index}: {spec.get('name', '')}"
+        for team in team_run.workspace.teams():
+            index, spec = team.index, team.spec
+            if index not in self.team_runs:
+                roles = ", ".join(f"{r.name}:{r.kind}" for r in spec.roles)
+                name = f"team {index}: {spec.name}"
                 tags = {KIND: "team", "mlflow.parentRunId": self.run_id, "mlflow.runName": name,
-                        "evoteam.team_index": str(index), "evoteam.designed_by": str(spec.get("designed_by", "")),
-                        "evoteam.reason": str(spec.get("reason", ""))[:5000],
-                        "evoteam.expected_effect": str(spec.get("expected_effect", ""))[:5000],
+                        "evoteam.team_index": str(index), "evoteam.designed_by": team.designed_by,
+                        "evoteam.reason": spec.reason[:5000], "evoteam.expected_effect": spec.expected_effect[:5000],
                         **{f"evoteam.{k}": v for k, v in self.tags.items()}}
                 run = self.client.create_run(self.experiment_id, tags=tags, run_name=name)
                 rid = run.info.run_id
-                params = {"name": spec.get("name"), "spec_id": spec.get("spec_id"), "parent": spec.get("parent"),
-                          "topology": spec.get("topology"), "roles": roles,
-                          "order": ",".join(spec.get("order") or []) or "as listed",
-                          "stall_evaluations": spec.get("stall_evaluations"), "evolvable": spec.get("evolvable"),
-                          "designed_by": spec.get("designed_by"), "at_evaluation": spec.get("at_evaluation"),
-                          "reason": spec.get("reason"), "expected_effect": spec.get("expected_effect")}
+                params = {"name": spec.name, "spec_id": spec.spec_id, "parent": spec.parent,
+                          "topology": spec.topology, "roles": roles, "order": ",".join(spec.order) or "as listed",
+                          "stall_evaluations": spec.stall_evaluations, "evolvable": spec.evolvable,
+                          "designed_by": team.designed_by, "at_evaluation": team.at_evaluation,
+                          "reason": spec.reason, "expected_effect": spec.expected_effect}
                 self.client.log_batch(rid, params=[Param(k, ("null" if v is None else str(v))[:PARAM_LIMIT])
                                                    for k, v in params.items()])
-                self._log_json(rid, "team_spec.json", spec)
+                self._log_json(rid, "team_spec.json", team.start_json())
                 self.team_runs[index] = rid
-                self.spec_team[str(spec.get("spec_id"))] = index
-            elif event["event"] == "end" and index in self.team_runs and index not in self.closed:
+                self.spec_team[spec.spec_id] = index
+            end = team.outcome
+            if end is not None and index not in self.closed:
                 rid = self.team_runs[index]
-                tokens = event.get("tokens") or {}
-                values = {"team_evaluations": event.get("evaluations"), "best_before": event.get("best_before"),
-                          "best_after": event.get("best_after"), "team_correct_rate": event.get("correct_rate"),
-                          "team_tokens_total": tokens.get("total_tokens"),
-                          "team_tokens_prompt": tokens.get("prompt_tokens"),
-                          "team_tokens_completion": tokens.get("completion_tokens"),
-                          "team_cost_usd": tokens.get("cost_usd")}
+                values = {"team_evaluations": end.evaluations, "best_before": end.best_before,
+                          "best_after": end.best_after, "team_correct_rate": end.correct_rate,
+                          "team_tokens_total": end.tokens.total_tokens, "team_tokens_prompt": end.tokens.prompt_tokens,
+                          "team_tokens_completion": end.tokens.completion_tokens, "team_cost_usd": end.tokens.cost_usd}
                 metrics = [Metric(k, float(v), now, 0) for k, v in values.items() if v is not None]
-                self.client.log_batch(rid, metrics=metrics, tags=[RunTag("evoteam.verdict", str(event["verdict"]))])
-                self._log_json(rid, "team_outcome.json", event)
+                self.client.log_batch(rid, metrics=metrics, tags=[RunTag("evoteam.verdict", end.verdict)])
+                self._log_json(rid, "team_outcome.json", end.to_json())
                 self.client.set_terminated(rid, "FINISHED")
                 self.closed.add(index)
 
@@ -229,7 +225,7 @@ class Tracker(NullTracker):
         attempts = team_run.workspace.attempts
         ledger = team_run.ledger
         total = ledger.total
-        roles = {r["name"]: 0 for e in team_run.workspace.teams() if e["event"] == "start" for r in e["roles"]}
+        roles = {r.name: 0 for team in team_run.workspace.teams() for r in team.spec.roles}
         for key, usage in ledger.by_role.items():
             role = key.split("/", 1)[-1]
             roles[role] = roles.get(role, 0) + usage.total_tokens
@@ -325,7 +321,7 @@ class Tracker(NullTracker):
             out[int(m.step)] = m.value
         return out
 
-    def _plots(self, folder: Path, teams: list[dict]) -> None:
+    def _plots(self, folder: Path, teams: list[TeamRecord]) -> None:
         best = self._history("best_geomean_speedup")
         tokens = self._history("tokens_total")
         steps = sorted(set(best) | set(tokens))
@@ -337,8 +333,7 @@ class Tracker(NullTracker):
                 series_tokens.append((last_tokens, best[s]))
         title = f"{self.tags.get('task', '')} on {self.tags.get('hardware', '')}: {self.tags.get('team_preset', '')}" \
                 f", budget {self.tags.get('budget_mode', '')}"
-        marks = [(e["at_evaluation"] + 0.5, f"team {e['index']}: {e.get('name', '')}") for e in teams
-                 if e["event"] == "start" and e["index"] > 0]
+        marks = [(t.at_evaluation + 0.5, f"team {t.index}: {t.spec.name}") for t in teams if t.index > 0]
         plot_steps(series_best, "evaluations", title, folder / "best_speedup_vs_evaluations.png", marks)
         note = "" if any(t for t, _ in series_tokens) else " (no LLM tokens: offline policy)"
         plot_steps(series_tokens, "tokens spent (prompt + completion)" + note, title,
