@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks docker/Dockerfile.cuda's recipe on a GPU host without an image registry (the lent H200):
 # the host's own Python, torch, Triton and nvcc stand in for the base image, and the image's pip steps
-# are replayed from a wheel folder (.whl, made by ../shared/device/fetch_wheels.sh) instead of an index.
+# are replayed from a wheel folder (.whl, made by scripts/fetch_wheels.sh) instead of an index.
 #
 #   bash docker/check_recipe.sh [OUT_DIR]          (about 3-5 minutes on an H200; K=... narrows the GPU tests)
 #
@@ -55,7 +55,7 @@ if ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$REPO"/.whl/*.whl \
     || fail "pip install of .whl"
 else
-  fail "no wheels in .whl (run ../shared/device/fetch_wheels.sh on a machine with a registry and carry .whl)"
+  fail "no wheels in .whl (run scripts/fetch_wheels.sh on a machine with a registry and carry .whl)"
 fi
 cp -r "$REPO/evoteam" "$SITE/evoteam"
 mkdir -p "$SITE/evoteam/_data"

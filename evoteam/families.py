@@ -32,6 +32,7 @@ from evoteam import resources
 
 FAMILIES_FILE = "families.json"
 PARAMS_NAME = "PARAMS"
+DISPATCH_NAME = "DISPATCH"  # a family file's optional table [[workload axes, point], ...] its run() reads
 # Values a parameter may take: what a JSON list holds and a Python literal writes back unchanged.
 _SCALAR_TYPES = (bool, int, float, str, type(None))
 
@@ -87,7 +88,8 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _params_node(tree: ast.Module, filename: str) -> ast.Dict:
+def _assignment(tree: ast.Module, name: str, filename: str) -> ast.expr | None:
+    """The value of the one module-level assignment to `name`, or None; more than one is an error."""
     found = []
     for node in tree.body:  # module level only
         if isinstance(node, ast.Assign):
@@ -96,12 +98,17 @@ def _params_node(tree: ast.Module, filename: str) -> ast.Dict:
             targets = [node.target]
         else:
             continue
-        if any(isinstance(t, ast.Name) and t.id == PARAMS_NAME for t in targets):
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             found.append(node)
-    if len(found) != 1:
-        raise ValueError(f"{filename}: expected exactly one module-level assignment to {PARAMS_NAME}, "
-                         f"found {len(found)}")
-    value = found[0].value
+    if len(found) > 1:
+        raise ValueError(f"{filename}: expected exactly one module-level assignment to {name}, found {len(found)}")
+    return found[0].value if found else None
+
+
+def _params_node(tree: ast.Module, filename: str) -> ast.Dict:
+    value = _assignment(tree, PARAMS_NAME, filename)
+    if value is None:
+        raise ValueError(f"{filename}: expected exactly one module-level assignment to {PARAMS_NAME}, found 0")
     if not isinstance(value, ast.Dict):
         raise ValueError(f"{filename}: {PARAMS_NAME} must be a dict literal")
     return value
@@ -121,18 +128,46 @@ def read_params(source: str, filename: str = "<kernel>") -> dict[str, Any]:
     return params
 
 
-def _literal(params: dict[str, Any]) -> str:
-    """A Python dict literal: strings double-quoted, numbers, True/False/None as Python writes them."""
-    parts = []
-    for key, value in params.items():
-        if not isinstance(key, str) or not isinstance(value, _SCALAR_TYPES):
-            raise ValueError(f"parameter {key!r} = {value!r}: keys must be strings and values "
-                             f"bool, int, float, str or None")
+def py_literal(value: Any, indent: int = 0) -> str:
+    """`value` as a Python literal: strings double-quoted, numbers, True/False/None as Python writes
+    them, dicts on one line, a list of lists one item a line."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"parameter {key!r} = {value!r}: not a finite number")
-        text = json.dumps(value) if isinstance(value, str) else repr(value)
-        parts.append(f"{json.dumps(key)}: {text}")
-    return "{" + ", ".join(parts) + "}"
+            raise ValueError(f"{value!r} is not a finite number")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise ValueError(f"dict keys must be strings, got {list(value)}")
+        return "{" + ", ".join(f"{json.dumps(k)}: {py_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        items = [py_literal(v, indent + 4) for v in value]
+        if value and all(isinstance(v, (list, tuple)) for v in value):
+            pad = " " * (indent + 4)
+            return "[\n" + "".join(f"{pad}{item},\n" for item in items) + " " * indent + "]"
+        return "[" + ", ".join(items) + "]"
+    raise ValueError(f"cannot write {type(value).__name__} as a literal")
+
+
+def set_literal(source: str, name: str, value: Any, filename: str = "<kernel>") -> str:
+    """`source` with the value of its module-level `name = <literal>` rewritten to `value`; nothing
+    else in the text changes. The one literal rewriter: PARAMS (`apply_params`), DISPATCH (a champion)."""
+    node = _assignment(ast.parse(source, filename=filename), name, filename)
+    if node is None:
+        raise ValueError(f"{filename}: no module-level assignment to {name}")
+    # ast gives (line, UTF-8 byte offset within the line); lines end at "\n" (or "\r\n").
+    raw = source.encode("utf-8")
+    starts = [0] + [i + 1 for i, byte in enumerate(raw) if byte == 0x0A]
+    begin = starts[node.lineno - 1] + node.col_offset
+    end = starts[node.end_lineno - 1] + node.end_col_offset
+    text = (raw[:begin] + py_literal(value).encode("utf-8") + raw[end:]).decode("utf-8")
+    back = ast.literal_eval(_assignment(ast.parse(text), name, filename))
+    if json.dumps(back, sort_keys=True) != json.dumps(value, sort_keys=True):  # belt and braces
+        raise RuntimeError(f"{filename}: rewriting {name} failed: read back {back!r}, wanted {value!r}")
+    return text
 
 
 def apply_params(source: str, params: dict[str, Any]) -> str:
@@ -142,18 +177,64 @@ def apply_params(source: str, params: dict[str, Any]) -> str:
     unknown = [k for k in params if k not in current]
     if unknown:
         raise ValueError(f"unknown parameters {unknown}; PARAMS has {list(current)}")
-    merged = {**current, **params}
-    node = _params_node(ast.parse(source), "<kernel>")
-    # ast gives (line, UTF-8 byte offset within the line); lines end at "\n" (or "\r\n").
-    raw = source.encode("utf-8")
-    starts = [0] + [i + 1 for i, byte in enumerate(raw) if byte == 0x0A]
-    begin = starts[node.lineno - 1] + node.col_offset
-    end = starts[node.end_lineno - 1] + node.end_col_offset
-    new = raw[:begin] + _literal(merged).encode("utf-8") + raw[end:]
-    text = new.decode("utf-8")
-    if read_params(text) != merged:  # belt and braces: the rewrite reads back as intended
-        raise RuntimeError(f"rewriting {PARAMS_NAME} failed: read back {read_params(text)}, wanted {merged}")
-    return text
+    for key, value in params.items():
+        if not isinstance(value, _SCALAR_TYPES):
+            raise ValueError(f"parameter {key!r} = {value!r}: keys must be strings and values "
+                             f"bool, int, float, str or None")
+    return set_literal(source, PARAMS_NAME, {**current, **params})
+
+
+@dataclass(frozen=True)
+class Champion:
+    """What a sweep chose, as data: a family, the point for shapes the table does not name (PARAMS) and
+    a point per workload shape (DISPATCH). `source()` builds the runnable candidate from the family's
+    file, so the kernel's code exists once (kernels/<task>/champion_<hardware>.json)."""
+
+    task: str
+    family: Family
+    hardware: str  # where it was chosen
+    params: dict[str, Any]
+    dispatch: list  # [[{axis: value}, point], ...]
+    made_by: str = ""  # the command (and the measurements) that chose it
+
+    def source(self) -> str:
+        text = apply_params(self.family.path.read_text(), self.params)
+        return set_literal(text, DISPATCH_NAME, self.dispatch, str(self.family.path))
+
+    def to_json(self) -> dict:
+        return {"task": self.task, "family": self.family.name, "hardware": self.hardware, "made_by": self.made_by,
+                "params": self.params, "dispatch": self.dispatch}
+
+
+def load_champion(path: Path) -> Champion:
+    """A champion file, checked: its task's family exists and reads DISPATCH, PARAMS and every table
+    entry (merged over PARAMS) are points of the family's space."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable champion file ({exc})") from None
+    if not isinstance(data, dict) or {"task", "family", "params", "dispatch"} - set(data):
+        raise ValueError(f"{path}: expected an object with task, family, params and dispatch")
+    folder = resources.kernels_dir() / str(data["task"])
+    if not (folder / FAMILIES_FILE).is_file():
+        raise ValueError(f"{path}: task {data['task']!r} has no {FAMILIES_FILE} under {resources.kernels_dir()}")
+    families = {f.name: f for f in load_families(folder)}
+    family = families.get(data["family"])
+    if family is None:
+        raise ValueError(f"{path}: family {data['family']!r} is not in {folder / FAMILIES_FILE} "
+                         f"({', '.join(families)})")
+    if _assignment(ast.parse(family.path.read_text()), DISPATCH_NAME, str(family.path)) is None:
+        raise ValueError(f"{path}: family {family.name}'s file has no {DISPATCH_NAME} for the table")
+    params = {**family.default, **data["params"]}
+    if not family.contains(params):
+        raise ValueError(f"{path}: params {data['params']} are not a point of family {family.name}'s space")
+    for i, entry in enumerate(data["dispatch"]):
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, dict) for x in entry)
+                and family.contains({**params, **entry[1]})):
+            raise ValueError(f"{path}: dispatch[{i}] is not [workload axes, a point of the family's space]")
+    return Champion(task=str(data["task"]), family=family, hardware=str(data.get("hardware", "")), params=data["params"],
+                    dispatch=data["dispatch"], made_by=str(data.get("made_by", "")))
 
 
 def load_variants(kernel: Path, points: list[dict[str, Any]], folder: Path, prefix: str) -> list[tuple[dict, Any]]:

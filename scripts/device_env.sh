@@ -1,6 +1,6 @@
 # Sourced by the scripts/gpu_*.sh scripts: the Python environment on a GPU host.
 #   use_wheels [MODULE ...]
-# Where .whl exists (wheels the lent machine lacks: ../shared/device/fetch_wheels.sh) and one of the
+# Where .whl exists (wheels the lent machine lacks: scripts/fetch_wheels.sh) and one of the
 # modules does not import (or none is named), the wheels are installed into /tmp/site and put first
 # on PYTHONPATH; the repository goes on PYTHONPATH in every case.
 use_wheels() {

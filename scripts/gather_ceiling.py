@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,11 +141,19 @@ def index_orders(kv_indices, gen):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evoteam import probes
+    import probes  # scripts/probes.py, beside this script
 
     p = probes.parser(__doc__.splitlines()[0], LARGEST_8, reps=10)
-    p.add_argument("kernels", nargs="*", default=[str(ROOT / "kernels/mla_decode/flashdecode_champion.py")])
+    p.add_argument("kernels", nargs="*", help="kernel files (default: the MLA champion, built from its champion file)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.kernels:
+        import tempfile
+
+        from evoteam.families import load_champion
+
+        built = Path(tempfile.mkdtemp(prefix="gather-")) / "champion_h200.py"
+        built.write_text(load_champion(ROOT / "kernels/mla_decode/champion_h200.json").source())
+        args.kernels = [str(built)]
     probes.arm_deadline(args.deadline)
 
     import torch

@@ -7,7 +7,7 @@
 # Each bench times the candidate twice in the same run (the noise column).
 # Usage from the repository root: bash scripts/gpu_harness_report.sh OUT_DIR [tests|gputests|mla|mla_graph|kda|cheat ...]
 # Needs flashinfer-python and fla-core: pip install -e .[cuda], or the wheels of
-# ../shared/device/fetch_wheels.sh in .whl (installed here into /tmp/site).
+# scripts/fetch_wheels.sh in .whl (installed here into /tmp/site).
 set -uo pipefail
 out=${1:?give an output folder}; shift
 parts=${*:-tests mla kda cheat}

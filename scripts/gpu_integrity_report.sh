@@ -17,7 +17,7 @@
 #            run them in the same call as mla / kda, so that before and after share the machine and fla's tuning
 # Usage from the repository root: bash scripts/gpu_integrity_report.sh OUT_DIR [probe|mla|kda|redteam ...]
 # Needs flashinfer-python and fla-core (pip install -e .[cuda], or the wheels of
-# ../shared/device/fetch_wheels.sh in .whl) and bubblewrap (bwrap on PATH, or its Debian packages in
+# scripts/fetch_wheels.sh in .whl) and bubblewrap (bwrap on PATH, or its Debian packages in
 # .devtools/: apt-get download bubblewrap libcap2 libselinux1 libpcre2-8-0).
 set -uo pipefail
 out=${1:?give an output folder}; shift
@@ -42,7 +42,8 @@ log=$out/report.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$log"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$log"
 echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files" | tee -a "$log"
-champion=kernels/mla_decode/flashdecode_champion.py
+champion=/tmp/evoteam-champion-h200.py  # built from the family file and the committed champion file
+python3 -m evoteam.sweep --build kernels/mla_decode/champion_h200.json --emit-kernel "$champion" || exit 1
 kda_kernel=kernels/kda_prefill/chunk_triton.py
 kda_workloads="15208288 efbdc890 df87a189 8cfd1d8d"
 before=${BEFORE:-.before}

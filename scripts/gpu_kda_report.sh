@@ -9,13 +9,13 @@
 #            the 24 workloads, events, side by side (checker on every workload; about 4-5 minutes each,
 #            fla's autotuning on a cold machine included)
 #   bench    all 24 in one call (over 8 minutes on a cold machine: only where the call limit allows)
-#   sweep1 .. sweepN   shard K of ${SWEEP_SHARDS:-4} of the family's space (scripts/sweep_family.py;
+#   sweep1 .. sweepN   shard K of ${SWEEP_SHARDS:-4} of the family's space (python -m evoteam.sweep;
 #            fla's times from the baseline cache that bench1/bench2 filled while the machine stays
 #            warm); SWEEP_ARGS adds arguments, e.g. SWEEP_ARGS='--space {"BV":[16,64]}'
 # Usage from the repository root: bash scripts/gpu_kda_report.sh OUT_DIR [probe|bench1|bench2|bench|sweepK ...]
 # AUTOTUNE_IN=FILE.tgz restores fla's autotuning results saved by an earlier call in OUT_DIR/autotune.tgz
 # (carry it in an ignored folder, e.g. .device-cache/; on 2026-11-30 a cold bench1 spent 390 s tuning).
-# Needs fla-core: pip install -e .[cuda], or the wheels of ../shared/device/fetch_wheels.sh in .whl
+# Needs fla-core: pip install -e .[cuda], or the wheels of scripts/fetch_wheels.sh in .whl
 # (installed here into /tmp/site). Caches (Triton kernels and fla's autotuning, the harness's baseline
 # times) live under /tmp on the device machine: they last while it stays warm.
 set -uo pipefail
@@ -60,7 +60,7 @@ for part in $parts; do
     bench) bench bench.json 2>&1 | tee "$out/bench.log" ;;
     sweep[1-9])
       k=${part#sweep}
-      python3 scripts/sweep_family.py --task kda_prefill --family chunk --shard "$k/${SWEEP_SHARDS:-4}" \
+      python3 -m evoteam.sweep --task kda_prefill --family chunk --shard "$k/${SWEEP_SHARDS:-4}" \
         --reps 20 --warmup 3 --baseline fla --timing events \
         --dispatch-axes num_heads,num_seqs,total_seq_len --out "$out/$part.json" ${SWEEP_ARGS:-} \
         2>&1 | tee "$out/$part.log" ;;

@@ -10,7 +10,7 @@
 #            one FlashInfer timing per workload, reused by all 16 points, made the sweep predict 1.171x
 #            where the side-by-side report measured 0.857x; the 16-point sweep took 190 s without it);
 #            JSON per half, written after every point (merge them with
-#            sweep_family.py --merge). SWEEP_SHARDS=3 makes sweep1..sweep3 thirds; SWEEP_ARGS adds
+#            python -m evoteam.sweep --merge). SWEEP_SHARDS=3 makes sweep1..sweep3 thirds; SWEEP_ARGS adds
 #            arguments, e.g. SWEEP_ARGS='--space {"BLOCK_N":[64],"num_warps":[8]}' (JSON without spaces)
 #   sweep    all points in one call (190 s on 2026-11-30 with cached baseline times; expect up to 2x with
 #            --time-baseline; SWEEP_TIMING=graph: 14 points in 275 s), writing the dispatch and the champion
@@ -27,9 +27,9 @@
 # chosen on kernel merit, free of the host noise that made the events sweep's choices vary).
 # SWEEP_TIMEOUT: seconds per workload before a sweep's worker is killed (default 60: a hanging point
 # must not eat the call; on 2026-11-30 the family's first point gave no result within 200 s).
-# The champion is $KERNEL, else kernels/mla_decode/flashdecode_champion.py, else the family's file.
+# The champion is $KERNEL, else the candidate built from kernels/mla_decode/champion_h200.json.
 # Usage from the repository root: bash scripts/gpu_kernel_report.sh OUT_DIR [probe|sweep1|sweep2|sweep|mla|mla_graph ...]
-# Needs flashinfer-python: pip install -e .[cuda], or the wheels of ../shared/device/fetch_wheels.sh in
+# Needs flashinfer-python: pip install -e .[cuda], or the wheels of scripts/fetch_wheels.sh in
 # .whl (installed here into /tmp/site). Keep at most 8 files under OUT_DIR (the device tool's limit).
 set -uo pipefail
 out=${1:?give an output folder}; shift
@@ -42,19 +42,20 @@ export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=${EVOTEAM_CACHE_DIR:-/tmp/mla-evotea
 family=kernels/mla_decode/flashdecode_triton.py
 champion=${KERNEL:-}
 if [ -z "$champion" ]; then
-  if [ -f kernels/mla_decode/flashdecode_champion.py ]; then champion=kernels/mla_decode/flashdecode_champion.py; else champion=$family; fi
+  champion=/tmp/evoteam-champion-h200.py
+  python3 -m evoteam.sweep --build kernels/mla_decode/champion_h200.json --emit-kernel "$champion" || exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 echo "champion: $champion"
 probe_points=${PROBE_POINTS:-'[{}]'}
 bench() { python3 -m evoteam.bench "$@"; }
-sweep() {  # $1: shard, $2: json name, then more sweep_family.py arguments; $SWEEP_ARGS too (e.g. --space)
+sweep() {  # $1: shard, $2: json name, then more evoteam.sweep arguments; $SWEEP_ARGS too (e.g. --space)
   local timing=${SWEEP_TIMING:-events} time_baseline=
   # events times of FlashInfer vary up to 4x between processes (host-bound): time it at every point.
   # Graph replay varies under 2%, so one cached baseline time per workload serves every point.
   [ "$timing" = events ] && time_baseline=--time-baseline
-  python3 scripts/sweep_family.py --task mla_decode --family flashdecode --shard "$1" --reps 30 --warmup 5 \
+  python3 -m evoteam.sweep --task mla_decode --family flashdecode --shard "$1" --reps 30 --warmup 5 \
     --timeout "${SWEEP_TIMEOUT:-60}" \
     --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached --timing "$timing" \
     $time_baseline --dispatch-axes batch_size,num_kv_indices --out "$out/$2" "${@:3}" ${SWEEP_ARGS:-}
@@ -70,7 +71,7 @@ for part in $parts; do
       k=${part#sweep}
       sweep "$k/${SWEEP_SHARDS:-2}" "$part.json" 2>&1 | tee "$out/$part.log" ;;
     sweep)
-      sweep 1/1 sweep.json --emit-dispatch "$out/dispatch.json" --emit-kernel "$out/flashdecode_champion.py" \
+      sweep 1/1 sweep.json --emit-champion "$out/champion.json" --emit-kernel "$out/flashdecode_champion.py" \
         2>&1 | tee "$out/sweep.log" ;;
     mla)
       for run in 1 2; do

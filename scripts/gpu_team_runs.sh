@@ -3,7 +3,7 @@
 # the same evaluation budget. Usage from the repository root:
 #   [EXTRA="hydra overrides"] bash scripts/gpu_team_runs.sh OUT_DIR [EVALUATIONS] [TASK ...]
 # Each run's full output (team history included) goes to OUT_DIR/<task>-<team>.log.
-# Wheels the lent machine lacks go in .whl: ../shared/device/fetch_wheels.sh, and for Hydra
+# Wheels the lent machine lacks go in .whl: scripts/fetch_wheels.sh, and for Hydra
 #   .venv/bin/pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3 hydra-core==1.3.8 omegaconf==2.3.0
 set -uo pipefail
 out=${1:?give an output folder}; evals=${2:-8}; shift $(( $# > 1 ? 2 : 1 ))

@@ -52,7 +52,7 @@ def kernel_times(fn, device, calls: int = 5) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evoteam import probes
+    import probes  # scripts/probes.py, beside this script
 
     p = probes.parser(__doc__.splitlines()[0], DEFAULT_WORKLOADS, reps=20)
     p.add_argument("kernel", nargs="?", default=str(ROOT / "kernels/kda_prefill/chunk_triton.py"))

@@ -36,7 +36,7 @@ DEFAULT_WORKLOADS = ["00cb2bc2", "53a7dfec", "a128f96f", "84221f45", "45be562f",
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evoteam import probes
+    import probes  # scripts/probes.py, beside this script
 
     p = probes.parser(__doc__.splitlines()[0], DEFAULT_WORKLOADS, reps=30)
     p.add_argument("kernels", nargs="*", default=[str(ROOT / "kernels/mla_decode/flashdecode_triton.py")])

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_WORKLOADS = REPO.parent / "shared" / "data" / "flashinfer_trace" / "mla_paged_decode_h16_ckv512_kpe64_ps1.workloads.jsonl"
 
 
 def run_evoteam(*args: str, cwd: Path | None = None, env: dict | None = None, python: str = sys.executable,

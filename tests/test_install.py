@@ -49,3 +49,16 @@ def test_wheel_carries_data_and_runs_from_elsewhere(wheel_site, tmp_path):
 
     bad = _run(wheel_site, tmp_path, "-m", "evoteam", "hardware=nope")
     assert bad.returncode == 2 and "hardware=nope is not a known option" in bad.stderr
+
+
+def test_wheel_ships_what_a_run_reads_and_no_notes_or_sweep_data(wheel_site, tmp_path):
+    data = wheel_site / "evoteam" / "_data"
+    shipped = sorted(p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file())
+    assert "kernels/mla_decode/champion_h200.json" in shipped and "kernels/mla_decode/workloads.jsonl" in shipped
+    unwanted = [p for p in shipped if p.endswith(".md") or "sweep" in p or p.endswith("make_workloads.py")]
+    assert not unwanted, unwanted
+    # the champion builds from the wheel alone
+    built = _run(wheel_site, tmp_path, "-m", "evoteam.sweep", "--build", str(data / "kernels/mla_decode/champion_h200.json"),
+                 "--emit-kernel", str(tmp_path / "champion.py"))
+    assert built.returncode == 0, built.stderr
+    assert "DISPATCH = [\n" in (tmp_path / "champion.py").read_text()

@@ -1,6 +1,6 @@
-"""The harness's layering: its modules import nothing above them (the team, the main job, tracking,
-the config), form no import cycle, and the runner (the candidate's process) imports neither the task
-nor its reference."""
+"""The package's layering, read from its import graph (module-level and deferred imports alike):
+every module belongs to a declared layer and imports only its own layer or those below; no import
+cycle anywhere. The runner (the candidate's process) imports neither the task nor its reference."""
 
 import ast
 from pathlib import Path
@@ -25,12 +25,55 @@ def _module(path: Path) -> str:
     return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
 
 
-def test_the_harness_imports_only_downward_and_has_no_cycle():
-    modules = {_module(p): _imports(p) for p in (PACKAGE / "harness").glob("*.py")}
-    for name, deps in modules.items():
-        above = sorted(d for d in deps if d.startswith(ABOVE_THE_HARNESS))
-        assert not above, f"{name} imports {above}"
-    graph = {m: {d for d in deps if d in modules and d != m} for m, deps in modules.items()}
+# Lowest first. A module belongs to the layer of its longest matching prefix.
+LAYERS = (
+    ("core", ("evoteam", "evoteam.errors", "evoteam.resources", "evoteam.schema", "evoteam.hardware",
+              "evoteam.task")),
+    ("harness", ("evoteam.harness",)),
+    ("services", ("evoteam.llm", "evoteam.families", "evoteam.report", "evoteam.trace_writer",
+                  "evoteam.tracking.store", "evoteam.tracking.plots")),
+    ("team", ("evoteam.team",)),
+    ("tracking", ("evoteam.tracking", "evoteam.compare")),
+    ("entry points", ("evoteam.config", "evoteam.cli_errors", "evoteam.mainjob", "evoteam.bench",
+                      "evoteam.__main__", "evoteam.sweep", "evoteam.results")),
+)
+
+
+def _layer(module: str) -> int | None:
+    best = None
+    for level, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            # the package itself ("evoteam") is a module of its own, not a prefix of every other
+            if module == prefix or (prefix != "evoteam" and module.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[1]:
+                    best = (level, len(prefix))
+    return None if best is None else best[0]
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+    return {m: {d for d in deps if d in modules and d != m} for m, deps in modules.items()}
+
+
+def test_every_module_imports_only_its_layer_or_below():
+    graph = _graph()
+    undeclared = sorted(m for m in graph if _layer(m) is None)
+    assert not undeclared, f"modules in no declared layer (add them to LAYERS): {undeclared}"
+    upward = [f"{m} ({LAYERS[_layer(m)][0]}) imports {d} ({LAYERS[_layer(d)][0]})"
+              for m, deps in sorted(graph.items()) for d in sorted(deps) if _layer(d) > _layer(m)]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_harness_imports_only_downward():
+    graph = _graph()
+    for name, deps in graph.items():
+        if name.startswith("evoteam.harness"):
+            above = sorted(d for d in deps if d.startswith(ABOVE_THE_HARNESS))
+            assert not above, f"{name} imports {above}"
+
+
+def test_the_package_has_no_import_cycle():
+    graph = _graph()
     state: dict[str, int] = {}
 
     def visit(m: str, path: list[str]) -> None:

@@ -152,21 +152,23 @@ def test_flashdecode_dispatch(tmp_path):
     assert result.passed, result.summary()
 
 
-def test_champion_is_the_family_file_with_points_of_its_space():
-    """kernels/mla_decode/flashdecode_champion.py (the H200 sweep's output): the family's code with
-    PARAMS and DISPATCH set to points of the family's space, so the family's tests cover its code,
-    and it passes the checker here on a small workload of each batch size."""
-    fam = family()
-    path = fam.path.parent / "flashdecode_champion.py"
-    champion = load_module_from_path(path, "flashdecode_champion")
-    strip = ("PARAMS = ", "DISPATCH = ", "    [{")
-    def code(text):
-        return [line for line in text.splitlines() if not line.startswith(strip) and line != "]"]
-    assert code(path.read_text()) == code(fam.path.read_text())
-    assert fam.contains(champion.PARAMS) and len(champion.DISPATCH) == 47
-    assert all(fam.contains({**champion.PARAMS, **point}) for _, point in champion.DISPATCH)
+def test_the_champion_is_built_from_the_family_file_and_passes(tmp_path):
+    """kernels/mla_decode/champion_h200.json (the H200 sweep's choice) is data: the family's file with
+    PARAMS and DISPATCH set to points of its space is the candidate, so the family's tests cover its code;
+    it passes the checker here on a small workload of each batch size."""
+    from evoteam.families import load_champion
+
+    champion = load_champion(family().path.parent / "champion_h200.json")
+    assert champion.family.name == "flashdecode" and len(champion.dispatch) == 47
+    source = champion.source()
+    assert source.replace(source[source.index("DISPATCH = "):source.index("\n]\n") + 3], "DISPATCH = []\n") == \
+        family().path.read_text()
+    path = tmp_path / "champion.py"
+    path.write_text(source)
+    module = load_module_from_path(path, "flashdecode_champion")
+    assert [[axes, point] for axes, point in module.DISPATCH] == champion.dispatch
     for i, w in enumerate(MLA_SMALL[:2]):
-        result = check_kernel(MLA, w, champion.run, trials=3, seed=5300 + i, device="cpu")
+        result = check_kernel(MLA, w, module.run, trials=3, seed=5300 + i, device="cpu")
         assert result.passed, f"{w.uuid[:8]}: {result.summary()}"
 
 

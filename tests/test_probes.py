@@ -1,8 +1,10 @@
-"""evoteam.probes: the options both GPU probes share."""
+"""scripts/probes.py: the options the GPU probes share."""
 
+import sys
 from pathlib import Path
 
-from evoteam import probes
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import probes  # noqa: E402
 
 
 def test_parser_has_the_shared_options_and_takes_the_callers():

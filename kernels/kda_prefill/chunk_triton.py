@@ -72,7 +72,7 @@ from triton.language.extra import libdevice
 #                 120 -> 0 B uncapped)
 PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True}
 # Per-shape points ([[axes, params], ...], nearest shape wins; empty: PARAMS everywhere), written by
-# scripts/sweep_family.py --emit-kernel into a copy of this file.
+# python -m evoteam.sweep --emit-champion, built by --build into a copy of this file.
 DISPATCH = []
 
 BT = 64  # chunk length (tokens)

@@ -90,7 +90,7 @@ garbage) and bf16 stores round to nearest even through the bits (its fp32 -> bf1
 
 A kernel family (kernels/mla_decode/families.json): the tunable parameters live in PARAMS; every
 point of the family's space gives a correct kernel. DISPATCH (empty in the family's file) maps
-workload shapes to points: scripts/sweep_family.py writes it into a copy of this file.
+workload shapes to points: a champion file (python -m evoteam.sweep --emit-champion) sets it in a copy of this file.
 
 Entry point, destination-passing style:
     run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse) -> None
@@ -115,7 +115,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 #   maxnreg           the main kernel's register cap (None: Triton's choice), e.g. 128 for 2 CTAs of 8 warps per SM
 PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}
 
-# Points of the family's space by workload shape, written by scripts/sweep_family.py:
+# Points of the family's space by workload shape, set by python -m evoteam.sweep --build CHAMPION.json:
 #   [[{"batch_size": B, "num_kv_indices": N, ...}, {params}], ...]
 # A call takes the entry of the nearest batch size, then the nearest token count (both on a log
 # scale); its params are merged over PARAMS. Empty: PARAMS for every shape.
