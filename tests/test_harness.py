@@ -150,3 +150,42 @@ def test_bench_exit_code_says_whether_every_workload_passed(tmp_path, small_uuid
     assert bad.returncode == 1 and "rejected" in bad.stdout, bad.stdout[-2000:]
     missing = bench(tmp_path / "absent.py")
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0, missing.stderr
+
+
+def test_a_killed_caller_leaves_no_evaluation_running_and_no_folder_behind(tmp_path, small_uuids, monkeypatch):
+    """Newcomer defect 3: killed runs left evoteam-worker-* folders in the temp directory. Now the judge
+    ends with its caller, removes its own folder, and the next evaluation removes the caller's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from evoteam.harness import scratch
+
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\n\ndef run(**kwargs):\n    time.sleep(3600)\n")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
+    root = scratch.root()
+    caller = subprocess.Popen([sys.executable, "-m", "evoteam.bench", str(hang), "--task", "mla_decode",
+                               "--hardware", "cpu", "--scale", "small", "--workloads", small_uuids[0][:8],
+                               "--no-static-scan", "--timeout", "600"],
+                              env={**os.environ, "TMPDIR": str(tmpdir)}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (root.is_dir() and any(p.name.startswith("judge-") for p in root.iterdir())):
+        assert time.monotonic() < deadline and caller.poll() is None, "the judge never started"
+        time.sleep(0.2)
+    judge_pid = int(next(p for p in root.iterdir() if p.name.startswith("judge-")).name.split("-")[1])
+    caller.send_signal(signal.SIGKILL)
+    caller.wait()
+    while time.monotonic() < deadline and scratch._alive(judge_pid):
+        time.sleep(0.2)
+    assert not scratch._alive(judge_pid), "the judge outlived its caller"
+    assert not any(p.name.startswith("judge-") for p in root.iterdir())  # it removed its own folder
+    assert [p.name.split("-")[0] for p in root.iterdir()] == ["eval"]  # the killed caller's
+    scratch.remove_orphans()  # what the next evaluation does first
+    assert list(root.iterdir()) == []

@@ -8,6 +8,7 @@ Layers, each importing only those below it:
   cudadrv      the CUDA driver calls torch lacks (VMM memory shared by file descriptor, stream memory ops)
   shared       buffers the judge owns and a runner maps; the page of flag words
   protocol     the judge <-> runner messages
+  scratch      the evaluations' scratch folders (one root per user; a killed run's are removed by the next)
   sandbox      bubblewrap + cgroups: the runner's view, limits and end
   runner       the untrusted side: the candidate (or, trusted, the baseline library) and nothing else
   runners      the judge's handle on a runner (deadlines, faults)

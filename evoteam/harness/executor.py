@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from evoteam.errors import UserError
+from evoteam.harness import scratch
 from evoteam.harness.model import EvalRequest, EvalResult, Status, WorkloadResult
 from evoteam.schema import read_journal
 
@@ -53,7 +54,7 @@ class _LocalJudge:
         req_path.write_text(json.dumps(asdict(request)))
         self.progress_path = workdir / "progress.jsonl"
         self.log_path = workdir / "judge.log"
-        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1", "EVOTEAM_JUDGE_PARENT": str(os.getpid())}
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen([python, "-m", "evoteam.harness.judge", str(req_path), str(self.progress_path)],
                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -117,7 +118,8 @@ def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_
         if on_result:
             on_result(result)
 
-    with tempfile.TemporaryDirectory(prefix="evoteam-eval-") as tmp:
+    tmp = scratch.make("eval")
+    try:
         remaining = list(uuids)
         while remaining:
             workdir = Path(tmp) / f"judge{restarts}"
@@ -144,6 +146,8 @@ def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_
                                   detail=f"the evaluation's judge process died on this workload ({_last_line(logs[-1])})"))
             remaining.remove(victim)
             restarts += 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     log_tail = "\n".join(x for x in [summary.get("log_tail") or ""] +
                          [f"=== judge {i} ===\n{text}" for i, text in enumerate(logs) if text.strip()] if x)
     return EvalResult(results=[results[u] for u in uuids], restarts=summary.get("restarts", 0) + restarts,

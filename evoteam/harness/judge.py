@@ -38,7 +38,6 @@ import random
 import secrets
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,7 +45,7 @@ import torch
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.hardware import HardwareSpec
-from evoteam.harness import scan
+from evoteam.harness import scan, scratch
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.calls import CallSets
 from evoteam.harness.check import CheckResult, OutputError
@@ -99,8 +98,7 @@ class Judge:
         self.task = load_task(request.task)
         self.device = "cuda:0" if hw.is_gpu else "cpu"
         self.secret = request.seed if request.seed is not None else secrets.randbits(63)
-        self.workdir = Path(tempfile.mkdtemp(prefix="evoteam-judge-"))
-        os.chmod(self.workdir, 0o700)
+        self.workdir = scratch.make("judge")
         self.cache_root = Path(os.environ.get("EVOTEAM_CACHE_DIR")
                                or os.path.join(os.path.expanduser("~"), ".cache", "evoteam"))
         self.candidate: RunnerHandle | None = None
@@ -636,6 +634,20 @@ def _parses(source: str) -> bool:
 # ------------------------------------------------------------------------------------------ the judge process
 
 
+def _end_with_parent(sig: int) -> None:
+    """The judge runs in a session of its own (so that killing it ends its runners too); should the process
+    that started it die (a killed run), the kernel sends it `sig`: no evaluation outlives its caller."""
+    import ctypes
+
+    parent = int(os.environ.get("EVOTEAM_JUDGE_PARENT", "0"))
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        return
+    if parent and os.getppid() != parent:  # the parent died before the line above
+        os.kill(os.getpid(), sig)
+
+
 def judge_main(request_path: str, progress_path: str) -> int:
     import signal
 
@@ -643,6 +655,7 @@ def judge_main(request_path: str, progress_path: str) -> int:
     from evoteam.errors import UserError
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the runners are ended on the way out
+    _end_with_parent(signal.SIGTERM)
     request = EvalRequest(**json.loads(Path(request_path).read_text()))
     progress = Path(progress_path)
     try:
