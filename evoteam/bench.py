@@ -33,7 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="adapter option, e.g. backend=fa3 or plan=per_call (repeatable)")
     p.add_argument("--timing", choices=list(TIMING_MODES), default="graph",
                    help="timing mode on GPUs: graph (device time, default), events (per call, host launch "
-                        "included); CPUs always use wallclock")
+                        "included); CPUs always use cputime")
     p.add_argument("--no-second-figure", action="store_true", help="time in one mode only (GPU)")
     p.add_argument("--entry", default="run")
     p.add_argument("--trials", type=int, default=3)

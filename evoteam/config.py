@@ -124,7 +124,7 @@ class EvoteamConfig:
     llm: LLMConfig = field(default_factory=LLMConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    # graph (device time; the default), events (per call, host launch included); CPUs use wallclock
+    # graph (device time; the default), events (per call, host launch included); CPUs use cputime
     timing_mode: TimingMode = TimingMode.graph
     seed: int | None = None  # the search policy's seed; null draws one (recorded). Inputs use a secret per evaluation
     run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"

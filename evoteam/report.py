@@ -38,6 +38,10 @@ def summarize(results: list[WorkloadResult]) -> Summary:
                    max_noise=max(noises) if noises else None)
 
 
+CPU_NOTE = ("CPU figures: each side's single-threaded CPU time per call, kernels under the Triton interpreter, "
+            "a small problem scale; they test the platform's flow and rank nothing about GPU performance")
+
+
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else format(value, spec) + suffix
 
@@ -62,6 +66,8 @@ def format_table(results: list[WorkloadResult], labels: dict[str, str], candidat
     lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
     modes = sorted({r.timing_mode for r in results if r.timing_mode})
     lines.append(f"baseline {baseline}; timing mode {', '.join(modes) or '-'}")
+    if any(m.startswith(("cputime", "wallclock (no cgroup")) for m in modes):
+        lines.append(CPU_NOTE)
     lines.append(summarize(results).line())
     failures = [r for r in results if r.status != "PASSED"]
     for r in failures[:10]:

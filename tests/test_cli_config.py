@@ -48,7 +48,7 @@ def test_cfg_job_composes_target_task_and_budget(evoteam_cli, tmp_path):
         ("hardware.name=xx", "hardware.name=xx is not a known target"),
         ("task.scale=medium", "task.scale=medium is not valid; expected one of full, small"),
         ("task.check_trials=0", "task.check_trials=0 is not valid; expected a positive integer"),
-        ("timing_mode=fast", "timing_mode=fast is not valid; expected one of graph, events, wallclock"),
+        ("timing_mode=fast", "timing_mode=fast is not valid; expected one of graph, events, wallclock, cputime"),
         ("hardware=[h100", "cannot parse the override"),
     ],
 )

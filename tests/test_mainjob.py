@@ -25,7 +25,7 @@ def test_the_saved_configuration_records_what_the_run_resolved_to(finished_run):
     run_dir, _ = finished_run
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert saved["hardware"]["name"] == "cpu"  # not "auto"
-    assert saved["timing_mode"] == "wallclock"  # what a CPU run measures with, not the GPU default
+    assert saved["timing_mode"] == "cputime"  # what a CPU run measures with, not the GPU default
     assert saved["task"]["scale"] == "small" and saved["seed"] == 5
 
 

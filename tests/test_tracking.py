@@ -237,7 +237,7 @@ def test_a_sweep_logs_one_run_per_job_and_ends_with_the_summary(sweep):
         assert run.info.status == "FINISHED"
         assert t["evoteam.sweep_id"] == "sweep-a" and t["evoteam.hardware"] == "cpu"
         assert t["evoteam.task"] == "mla_decode" and t["evoteam.team_preset"] == "single"
-        assert t["evoteam.llm"] == "offline" and t["evoteam.timing_mode"] == "wallclock"
+        assert t["evoteam.llm"] == "offline" and t["evoteam.timing_mode"] == "cputime"
         assert p["budget.mode"] == t["evoteam.budget_mode"] and p["hardware.name"] == "cpu" and p["seed"] == "3"
         assert m["final_evaluations"] == {"equal": 2, "extra": 3}[t["evoteam.budget_mode"]]
         assert m["final_workloads"] == 1 and "final_geomean_speedup" in m and m["final_tokens_total"] == 0

@@ -61,6 +61,8 @@ VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at 
 MIN_VERIFIED = 8
 SECOND_FIGURE_ROUNDS = 8
 DISAGREE_REL, DISAGREE_ABS_MS = 0.25, 0.002  # judge vs runner device time, per call
+CPU_BATCH_MS = 20.0  # CPU targets: calls per timed interval so that one interval takes about this long
+IDLE_FACTOR, IDLE_SLACK_MS = 3.0, 2.0  # CPU targets: host-clock time above this is waiting, not work
 LOAD_TIMEOUT_S = 600.0
 BATCH_TIMEOUT_S = 60.0  # importing the candidate (its module-level code) and starting the runner
 
@@ -113,7 +115,9 @@ class Judge:
         self.own_kernels: list[str] = []
         self.cache = BaselineCache()
         self.phase_s: dict[str, float] = {}  # where the evaluation's time went (logged at the end)
-        self.flusher = None
+        # Written before every timed call: a GPU's L2 (twice its size), a CPU's last-level cache (twice).
+        self.flusher = None if hw.is_gpu else torch.empty(2 * _last_level_cache_bytes(), dtype=torch.uint8)
+        self.last_wall_ms = math.nan  # the host clock of the last CPU call (beside its CPU time)
         if hw.is_gpu:
             torch.cuda.init()
             torch.empty(1, device=self.device)
@@ -178,11 +182,17 @@ class Judge:
         self.candidate = self.baseline = None
 
     # ------------------------------------------------------------------ runners
+    def threads(self) -> str:
+        """Threads of both runners' math libraries: OMP_NUM_THREADS where set; else one on a CPU target
+        (threads waiting at a barrier on a busy CPU made one side's time swing 7x between runs) and
+        every core on a GPU host (its host threads only launch)."""
+        return os.environ.get("OMP_NUM_THREADS") or ("1" if not self.hw.is_gpu else str(os.cpu_count() or 1))
+
     def _spec(self, trusted: bool, workdir: Path, cache: Path | None, candidate: Path | None) -> SandboxSpec:
         env = dict(self.hw.env)
         # The same thread settings for both sides (the candidate's environment is otherwise empty, the
         # baseline's the judge's): what either gets, the other gets too.
-        threads = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count() or 1)
+        threads = self.threads()
         env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
         if self.hw.is_gpu:
             env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
@@ -215,7 +225,7 @@ class Judge:
     def _candidate_runner(self) -> RunnerHandle:
         if self.candidate is None:
             handle = self._start("candidate")
-            self.sandbox_record = {**handle.record, "threads": os.environ.get("OMP_NUM_THREADS") or os.cpu_count()}
+            self.sandbox_record = {**handle.record, "threads": int(self.threads())}
             path = f"/candidate/{Path(self.request.solution).name}" if handle.record.get("tool") else \
                 str(Path(self.request.solution).resolve())
             reply = handle.ask({"op": "load", "kind": "candidate", "path": path, "entry": self.request.entry},
@@ -282,7 +292,7 @@ class Judge:
             t = time.perf_counter()
             cand = self._candidate_runner()
             t = self._phase("runner start", t)
-            max_sets = 1 if not self.hw.is_gpu else min(MAX_SETS, self.task.max_sets(workload))
+            max_sets = min(MAX_SETS, self.task.max_sets(workload))
             sides["candidate"] = self._call_sets(workload, max_sets)
             self._bind(cand, sides["candidate"], deadline)
             t = self._phase("buffers", t)
@@ -351,13 +361,16 @@ class Judge:
         batch = self._next_batch()
         if arm is not None:  # device work enqueued: a fault or a hang there shows only as a missing done word
             deadline = min(deadline, time.monotonic() + BATCH_TIMEOUT_S)
-        if not self.hw.is_gpu:
-            t0 = time.perf_counter()
+        if not self.hw.is_gpu:  # CPU time of the runner's cgroup (the kernel's count), else the host clock
+            self.flusher.fill_(batch & 0xFF)  # the caches hold nothing of either side when a call starts
+            u0, t0 = handle.process.cpu_usec(), time.perf_counter()
             calls.release_late()
             handle.send({"op": "call", "batch": batch, "sets": sets})
             reply = handle.receive(deadline - time.monotonic())
+            u1, t1 = handle.process.cpu_usec(), time.perf_counter()
             sample = calls.take_sample(max(sets) + 1 if sets else 1)
-            return (time.perf_counter() - t0) * 1e3, reply, sample
+            self.last_wall_ms = (t1 - t0) * 1e3
+            return ((u1 - u0) / 1e3 if u0 is not None and u1 is not None else self.last_wall_ms), reply, sample
         stream = torch.cuda.current_stream()
         self.flusher.zero_()  # the L2 cache holds nothing of the inputs when the clock starts
         torch.cuda.synchronize()
@@ -457,13 +470,18 @@ class Judge:
             return result
         label = self.baseline_info.get("label", request.baseline)
         result.baseline = label
-        mode = TimingMode.wallclock if not self.hw.is_gpu else TimingMode(request.timing_mode)
+        mode = TimingMode.cputime if not self.hw.is_gpu else TimingMode(request.timing_mode)
         if self.baseline_info.get("timing_mode_override") and self.hw.is_gpu:
             mode = TimingMode.wallclock  # the baseline does host work per call: both sides launched by their hosts
         # A batch holds as many calls as there are input sets: the protocol's jitter (tens of microseconds
         # on an H200 with two calls per batch, 2026-12-01) is then divided by up to MAX_SETS.
         n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
+        if mode is TimingMode.cputime:  # short calls in batches of about CPU_BATCH_MS: the protocol's share shrinks
+            short = CPU_BATCH_MS / self.check_ms if self.check_ms > 0 else 1.0
+            n = max(1, min(calls_c.n_sets, calls_b.n_sets, int(short)))
         label_mode = mode.value
+        if mode is TimingMode.cputime and (cand.process.cpu_usec() is None or base.process.cpu_usec() is None):
+            label_mode = "wallclock (no cgroup of the runner's own: the host clock)"
         if mode is TimingMode.graph:
             failed = []
             for name, handle in (("candidate", cand), ("baseline", base)):
@@ -527,6 +545,7 @@ class Judge:
             n_verify = min(total_candidate_calls, 2)
         picked = set(random.SystemRandom().sample(range(total_candidate_calls), n_verify))
         samples: dict[str, list[float]] = {k: [] for k in order}
+        walls: dict[str, list[float]] = {k: [] for k in order}  # CPU targets: the host clock beside CPU time
         self._timed_batches = set()
         candidate_call = 0
         baseline_checked = cached is not None
@@ -583,6 +602,7 @@ class Judge:
                         result.detail = f"the baseline runner failed a timed call: {reply.get('detail', '')}"
                         return None
                     intervals[side] = interval
+                    walls[side].append(self.last_wall_ms)
                 if rnd >= warmup:
                     for side in order:
                         if side != "null":
@@ -591,6 +611,13 @@ class Judge:
             cand.process.freeze(False)
         out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()
                if side != "null"}
+        if mode is TimingMode.cputime and samples["candidate"]:
+            # CPU time counts work wherever the runner does it; a call that mostly waits did its work
+            # somewhere CPU time does not see. Legitimate work on a single thread takes about its CPU time.
+            wall = (_median(walls["candidate"][warmup:]) - _median(walls["null"][warmup:])) / n
+            if wall > IDLE_FACTOR * out["candidate"][0] + IDLE_SLACK_MS:
+                result.flags.append(f"cpu_idle: the candidate's calls took {wall:.3g} ms on the host clock but "
+                                    f"{out['candidate'][0]:.3g} ms of CPU time")
         if cached is not None:
             out["baseline"] = (cached, cached, cached, 0)
             result.baseline = f"{result.baseline} (cached)"
@@ -619,6 +646,19 @@ class Judge:
             foreign = scan.foreign_kernels(self.kernel_names, self.own_kernels)
             if foreign:
                 result.flags.append(f"baseline_kernels: {', '.join(sorted(set(foreign))[:3])}")
+
+
+def _last_level_cache_bytes() -> int:
+    """The CPU's largest cache (Linux sysfs), else 32 MiB."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        try:
+            sizes.append(int(text.rstrip("KMG")) * scale)
+        except ValueError:
+            pass
+    return max(sizes, default=32 << 20)
 
 
 def _parses(source: str) -> bool:

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+from evoteam.errors import UserError
+
 
 class Status(str, Enum):
     """The verdict of one workload. Only PASSED counts; every other value is a failure."""
@@ -53,27 +55,36 @@ class TimingMode(str, Enum):
                copy of the last call's outputs (GPU only; the default there)
     events     per call, launched by the runner's host only after the release: the host's launch
                cost is inside the time (GPU)
-    wallclock  the host clock around one call in the runner's process (CPU; and both sides of a
-               comparison whose baseline does host work per call, such as FlashInfer's plan())
+    wallclock  the host clock around one call (both sides of a GPU comparison whose baseline does host
+               work per call, such as FlashInfer's plan(); a CPU runner without a cgroup of its own)
+    cputime    CPUs: the CPU time the runner's cgroup used over one call (the kernel's accounting, every
+               process and thread of the runner), both sides single-threaded: what the work costs,
+               unbent by other load on the machine. Not a GPU's performance: CPU figures test the flow.
     """
 
     graph = "graph"
     events = "events"
     wallclock = "wallclock"
+    cputime = "cputime"
 
     def __str__(self) -> str:
         return self.value
 
     @classmethod
     def on(cls, requested: str, is_gpu: bool) -> str:
-        """The mode a target uses for a requested one: a CPU has no device clock, so it uses wallclock."""
-        return cls(requested).value if is_gpu else cls.wallclock.value
+        """The mode a target uses for a requested one: a CPU is always timed by CPU time."""
+        mode = cls(requested)
+        if not is_gpu:
+            return cls.cputime.value
+        if mode is cls.cputime:
+            raise UserError("timing mode cputime is a CPU's; on a GPU use graph (default), events or wallclock")
+        return mode.value
 
 
 TIMING_MODES = tuple(m.value for m in TimingMode)
 
 # (warm-up, timed) rounds on a CPU, where the Triton interpreter makes each call slow
-CPU_ROUNDS = (1, 3)
+CPU_ROUNDS = (1, 7)
 
 
 @dataclass

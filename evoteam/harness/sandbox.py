@@ -129,7 +129,7 @@ class Cgroup:
         if version == "v2":
             self.dirs = [_v2_parent() / name]
         else:
-            self.dirs = [CGROUP_ROOT / ctl / "evoteam" / name for ctl in ("memory", "pids", "freezer")
+            self.dirs = [CGROUP_ROOT / ctl / "evoteam" / name for ctl in ("memory", "pids", "freezer", "cpuacct")
                          if (CGROUP_ROOT / ctl).is_dir()]
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -167,6 +167,20 @@ class Cgroup:
                     except OSError:
                         pass
         return ""
+
+    def cpu_usec(self) -> int | None:
+        """CPU time used by every process that ever ran here (the kernel's count: v2's cpu.stat, v1's
+        cpuacct.usage), or None where neither is kept."""
+        try:
+            if self.version == "v2":
+                for line in (self.dirs[0] / "cpu.stat").read_text().splitlines():
+                    if line.startswith("usage_usec "):
+                        return int(line.split()[1])
+                return None
+            acct = next((d for d in self.dirs if d.parts[-3] == "cpuacct"), None)
+            return None if acct is None else int((acct / "cpuacct.usage").read_text()) // 1000
+        except (OSError, ValueError, IndexError):
+            return None
 
     def freeze(self, frozen: bool) -> None:
         """Stop every process in the cgroup and wait until they are stopped; or let them go on (no
@@ -449,6 +463,10 @@ class SandboxedProcess:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+
+    def cpu_usec(self) -> int | None:
+        """The runner's CPU time so far (its cgroup's), or None where it has no cgroup of its own."""
+        return self.cgroup.cpu_usec() if self.cgroup is not None else None
 
     def memory_bytes(self) -> int:
         """Resident memory of every process of the runner."""
