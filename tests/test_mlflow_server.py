@@ -140,6 +140,11 @@ def test_the_mlflow_ui_shows_the_run_and_its_speedup(server, logged_run, tmp_pat
 
     runs_page = _page_text(browser, f"{server['url']}/#/experiments/{experiment_id}/runs", tmp_path / "p1")
     assert name in runs_page, runs_page[:80]
+    # Newcomer defect 4: the experiment's own page (what a click on it opens) is the runs table, not
+    # MLflow 3's GenAI overview with "No data available".
+    landing = _page_text(browser, f"{server['url']}/#/experiments/{experiment_id}?workflowType=machine_learning",
+                         tmp_path / "p0")
+    assert name in landing and "No data available" not in landing, " | ".join(landing)[:3000]
 
     run_page = _page_text(browser, f"{server['url']}/#/experiments/{experiment_id}/runs/{run.info.run_id}",
                           tmp_path / "p2")

@@ -232,8 +232,13 @@ def test_a_sweep_logs_one_run_per_job_and_ends_with_the_summary(sweep):
     experiment = client.get_experiment_by_name("evoteam")
     runs = client.search_runs([experiment.experiment_id], "tags.`evoteam.kind` = 'run'")
     assert sorted(r.data.tags["evoteam.budget_mode"] for r in runs) == ["equal", "extra"]
+    # Newcomer defect 4: the UI opens the experiment on its runs table, and every job says where its run is.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     for run in runs:
         t, p, m = run.data.tags, run.data.params, run.data.metrics
+        assert (f"mlflow: see the run: mlflow ui --backend-store-uri {sweep['uri']} --port 5000, then "
+                f"http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}"
+                f"?workflowType=machine_learning") in sweep["stdout"]
         assert run.info.status == "FINISHED"
         assert t["evoteam.sweep_id"] == "sweep-a" and t["evoteam.hardware"] == "cpu"
         assert t["evoteam.task"] == "mla_decode" and t["evoteam.team_preset"] == "single"

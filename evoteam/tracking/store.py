@@ -47,6 +47,15 @@ def sqlite_path(uri: str) -> Path | None:
     return None
 
 
+def ui_hint(uri: str, experiment_id: str, run_id: str) -> str:
+    """How to see a run in the MLflow UI: the page, and for a local store the command that serves it."""
+    # MLflow 3's UI starts in its GenAI mode unless the page asks for model training (the runs table)
+    page = f"#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/{page}"
+    return f"mlflow ui --backend-store-uri {uri} --port 5000, then http://127.0.0.1:5000/{page}"
+
+
 def check_reachable(uri: str, what: str = "tracking.tracking_uri") -> None:
     """One line (UserError) instead of minutes of retries when a tracking server is not there."""
     if not uri.startswith(("http://", "https://")):
@@ -60,18 +69,26 @@ def check_reachable(uri: str, what: str = "tracking.tracking_uri") -> None:
                         f"tracking=none") from None
 
 
+# MLflow 3's UI opens an experiment on its GenAI overview unless told what kind it is; ours is the
+# runs table (runs, team runs, metrics, plots).
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
 def get_or_create_experiment(client, name: str, uri: str) -> str:
-    """The experiment's id; a new one on a sqlite store keeps its artifacts beside the database."""
+    """The experiment's id (its kind set so that the UI opens on the runs table); a new one on a
+    sqlite store keeps its artifacts beside the database."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
+        if experiment.tags.get(EXPERIMENT_KIND[0]) is None:
+            client.set_experiment_tag(experiment.experiment_id, *EXPERIMENT_KIND)
         return experiment.experiment_id
     db = sqlite_path(uri)
     folder = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
     location = (db.parent / ARTIFACTS_DIR / folder).resolve().as_uri() if db is not None else None
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags=dict([EXPERIMENT_KIND]))
     except Exception:  # created by a concurrent job in the meantime
         experiment = client.get_experiment_by_name(name)
         if experiment is None:

@@ -26,6 +26,7 @@ from evoteam.tracking.store import (
     load_mlflow,
     metric_name,
     resolve_uri,
+    ui_hint,
 )
 
 
@@ -274,6 +275,7 @@ class Tracker(NullTracker):
         self.sync(team_run)
         self._guard("the final results", self._finish, team_run, results, table, labels or {})
         self.stop("FINISHED")
+        print(f"mlflow: see the run: {ui_hint(self.tracking_uri, self.experiment_id, self.run_id)}", flush=True)
 
     def _finish(self, team_run, results: list, table: str, labels: dict[str, str]) -> None:
         from mlflow.entities import Metric
