@@ -10,12 +10,16 @@ ARGS   ?=
 
 .PHONY: run test lint browser sandbox
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q $(PIP_ARGS) "$(TORCH)" -e ".[dev]"
-	# flashinfer-bench's data model, to check that it reads our traces (its kernels' deps are not needed)
-	$(PY) -m pip install -q --no-deps flashinfer-bench==0.1.2
-	$(PY) -m pip install -q "pydantic>=2" "docstring-parser>=0.16" "safetensors>=0.5"
-	touch $@
+	@test -x $(PY) || { echo "make: creating $(VENV)"; python3 -m venv $(VENV); }
+	@echo "make: installing evoteam and its dependencies ($(TORCH), hydra, mlflow, litellm, ...) into $(VENV): a few minutes on a first install"
+	@$(PY) -m pip install -q --disable-pip-version-check $(PIP_ARGS) "$(TORCH)" -e ".[dev]"
+	@# flashinfer-bench's data model, to check that it reads our traces: its models' deps, then it alone
+	@# (its kernels' deps are not needed); last and without deps, so pip has no conflict to report
+	@echo "make: installing flashinfer-bench 0.1.2 (its data model only, for the trace tests)"
+	@$(PY) -m pip install -q --disable-pip-version-check "pydantic>=2" "docstring-parser>=0.16" "safetensors>=0.5"
+	@$(PY) -m pip install -q --disable-pip-version-check --no-deps flashinfer-bench==0.1.2
+	@touch $@
+	@echo "make: $(VENV) is ready"
 
 run: $(VENV)/.installed sandbox
 	$(PY) -m evoteam $(ARGS)

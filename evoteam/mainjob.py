@@ -110,7 +110,7 @@ def run(cfg: DictConfig) -> float | None:
     from evoteam.team.budget import Ledger
     from evoteam.team.offline import SearchSpace
     from evoteam.team.presets import PRESETS
-    from evoteam.team.runner import TeamRun, stop_cleanly
+    from evoteam.team.runner import RUN_LOG, TeamRun, stop_cleanly
     from evoteam.team.supervisor import Supervisor
     from evoteam.team.toolbox import HarnessSettings
     from evoteam.trace_writer import to_trace
@@ -197,7 +197,8 @@ def run(cfg: DictConfig) -> float | None:
         tracker.stop("FAILED")
         raise
     tracker.sync(team_run)
-    print(f"\nstopped: {why}\n\nteam history:\n{team_run.history()}\n", flush=True)
+    print(f"\nstopped: {why}; full account: {run_dir / RUN_LOG}\n\nteam history:\n{team_run.history()}\n",
+          flush=True)
 
     try:
         print("final: the best verified kernel per workload, re-measured against the baseline side by side", flush=True)

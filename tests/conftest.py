@@ -32,3 +32,35 @@ def seed_kernel(task):
     from evoteam.task import load_module_from_path
 
     return load_module_from_path(task.folder / "seed_triton.py").run
+
+
+# What enables the tests a machine skips, by words of the skip's reason (the first match wins).
+HOW_TO_RUN_SKIPPED = (
+    ("flashinfer-bench", "make test (installs flashinfer-bench's data model)"),
+    ("gpu", "a CUDA or ROCm host: make test TORCH=torch (the cuda extra for the baselines: pip install -e '.[cuda]')"),
+    ("cuda", "a CUDA or ROCm host: make test TORCH=torch (the cuda extra for the baselines: pip install -e '.[cuda]')"),
+    ("flashinfer", "an NVIDIA host with the cuda extra: pip install -e '.[cuda]'"),
+    ("fla ", "a GPU host with the cuda or rocm extra: pip install -e '.[cuda]'"),
+    ("chromium", "make browser (Debian's chromium, as root)"),
+    ("podman", "python tests/container_engine.py prepare (podman and the images, as root)"),
+    ("image", "python tests/container_engine.py prepare (podman and the images, as root)"),
+    ("sandbox", "make sandbox (bubblewrap) on a host with cgroups and user namespaces"),
+    ("hadolint", "pip install -e '.[dev]'"),
+)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """End with one line per skip reason, its count and what would run those tests."""
+    from collections import Counter
+
+    reasons: Counter = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ").strip()] += 1
+    if not reasons:
+        return
+    terminalreporter.section(f"{sum(reasons.values())} skipped, by reason")
+    for reason, count in reasons.most_common():
+        how = next((h for key, h in HOW_TO_RUN_SKIPPED if key in reason.lower()), "")
+        terminalreporter.write_line(f"{count:4d}  {reason[:140]}" + (f"\n      to run them: {how}" if how else ""))

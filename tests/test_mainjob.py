@@ -21,6 +21,18 @@ def finished_run(tmp_path_factory):
     return run_dir, result
 
 
+def test_progress_is_one_short_line_per_evaluation_and_the_log_file_has_the_rest(finished_run):
+    """Newcomer defect 8: progress lines were 250-300 characters of raw Python dicts."""
+    run_dir, result = finished_run
+    lines = [line for line in result.stdout.splitlines() if line.startswith("  eval ")]
+    assert len(lines) == 2, result.stdout
+    assert all(len(line) <= 100 and "{" not in line for line in lines), lines
+    assert "PASSED" in lines[0] and " 1 wl " in lines[0]
+    log = (run_dir / "run.log").read_text()
+    assert log.count("\n") >= 2 and "{'" in log  # the full account of each turn: the point tried, every figure
+    assert f"full account: {run_dir / 'run.log'}" in result.stdout
+
+
 def test_the_saved_configuration_records_what_the_run_resolved_to(finished_run):
     run_dir, _ = finished_run
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())

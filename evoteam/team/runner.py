@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,9 @@ class RunState:
     @classmethod
     def from_json(cls, obj: dict) -> RunState:
         return cls(**{**obj, "spec": TeamSpec.from_json(obj["spec"])})
+
+
+RUN_LOG = "run.log"  # in the run directory: every turn's full account
 
 
 class TeamRun:
@@ -144,8 +148,9 @@ class TeamRun:
                 roles = s.spec.turn_order
                 while s.role_index < len(roles):
                     self.checkpoint()
-                    message = self._turn(roles[s.role_index])
-                    self.log(f"  [{self.ledger.evaluations} eval, {self.ledger.total.total_tokens} tok] {message}")
+                    before = len(self.workspace.attempts)
+                    account = self._turn(roles[s.role_index])
+                    self._record_turn(roles[s.role_index], account, before)
                     s.role_index += 1
                     if self.on_turn is not None:
                         self.on_turn(self)
@@ -160,6 +165,22 @@ class TeamRun:
         except KeyboardInterrupt:
             self.checkpoint()
             raise
+
+    def _record_turn(self, role, account: str, before: int) -> None:
+        """The turn's full account goes to the run's log file; the console gets one short line per
+        evaluation it made (or one line saying what it did)."""
+        s = self.state
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with open(self.run_dir / RUN_LOG, "a") as fh:
+            fh.write(f"{stamp} team {s.team_index} round {s.round} {role.name} ({role.kind}) "
+                     f"[{self.ledger.evaluations} evaluations, {self.ledger.total.total_tokens} tokens]: {account}\n")
+        new = self.workspace.attempts[before:]
+        best = self.progress().best_geomean
+        for attempt in new:
+            self.log(progress_line(attempt, self.ledger, best))
+        if not new:
+            first = account.strip().splitlines()[0] if account.strip() else "no action"
+            self.log(f"  {role.name}: {first[:100]}{'...' if len(first) > 100 else ''}")
 
     def _review(self) -> None:
         s = self.state
@@ -260,6 +281,21 @@ class TeamRun:
                 lines.append(f"    outcome: {end.evaluations} evaluations, best {before} -> {after}, "
                              f"{end.tokens.total_tokens} tokens; {end.verdict}")
         return "\n".join(lines)
+
+
+def progress_line(attempt, ledger: Ledger, best: float | None) -> str:
+    """One evaluation in under 100 characters: its number, attempt, role, kernel, workloads, verdict."""
+    origin = attempt.origin or {}
+    kernel = str(origin.get("family") or origin.get("name") or "llm-written")[:14]
+    if attempt.status != "PASSED":
+        verdict = f"{attempt.status} {attempt.failure.split(':', 1)[-1].strip()[:30]}"
+    elif attempt.geomean is None:
+        verdict = "PASSED (checked)"
+    else:
+        verdict = f"PASSED {attempt.geomean:.3f}x" + (f" (best {best:.3f}x)" if best else "")
+    tokens = ledger.total.total_tokens
+    return (f"  eval {ledger.evaluations}/{ledger.max_evaluations}  {attempt.attempt_id}  {attempt.role[:10]:<10} "
+            f"{kernel:<14} {len(attempt.workloads)} wl  {verdict}" + (f"  {tokens / 1000:.1f}k tok" if tokens else ""))
 
 
 def stop_cleanly(run_dir: Path) -> None:

@@ -1,0 +1,38 @@
+"""What `make test` tells its reader: skipped tests end the run as one line per reason, with what would
+run them (newcomer defect 7: 42 skips with no summary of why), and how the install reports itself
+(newcomer defect 8)."""
+
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_skips_end_the_run_summarised_by_reason_with_how_to_run_them(tmp_path):
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_some.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('i', range(3))\n"
+        "def test_gpu(i):\n    pytest.skip('needs a GPU')\n\n"
+        "def test_browser():\n    pytest.skip('chromium is not installed')\n\n"
+        "def test_plain():\n    pytest.skip('something else')\n\n"
+        "def test_runs():\n    assert True\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout
+    assert "5 skipped, by reason" in out, out
+    lines = out[out.index("5 skipped, by reason"):].splitlines()[1:]
+    assert lines[0].split() == ["3", "needs", "a", "GPU"] and "make test TORCH=torch" in lines[1]
+    assert "chromium is not installed" in out and "to run them: make browser" in out
+    assert any(line.split()[:3] == ["1", "something", "else"] for line in lines)
+
+
+def test_the_install_says_what_it_does_and_leaves_pip_nothing_to_complain_about():
+    """flashinfer-bench is installed without its dependencies (only its data model is used); installed
+    before other packages, pip reported its missing dependencies as a resolver error on every install."""
+    text = (REPO / "Makefile").read_text()
+    recipe = text[text.index("$(VENV)/.installed: pyproject.toml"):].split("\n\n", 1)[0].splitlines()
+    installs = [line for line in recipe if "pip install" in line]
+    assert "--no-deps flashinfer-bench" in installs[-1], installs
+    assert sum('echo "make: ' in line for line in recipe) >= 3  # it says what it is doing
+    assert all(line.lstrip().startswith("@") for line in recipe[1:] if line.strip())  # and only that
