@@ -30,7 +30,7 @@ SOCKET = Path(os.environ.get("EVOTEAM_ENGINE_SOCKET", "/run/evoteam-podman/podma
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3", "python3-venv", "bubblewrap")
 CONTAINERS_CONF = Path("/etc/containers/containers.conf")
-# As FACTS.md found for this kind of machine: runc with cgroupfs, no default ulimits.
+# What this kind of machine needs (measured on it): runc with cgroupfs, no default ulimits.
 CONTAINERS_CONF_TEXT = ('[containers]\ndefault_ulimits = []\n[engine]\ncgroup_manager = "cgroupfs"\n'
                         'runtime = "runc"\n')
 TORCH = "torch==2.13.0"  # the CPU build (the Makefile's default)

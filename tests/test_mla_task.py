@@ -88,14 +88,6 @@ def test_definition(task):
     assert d.output_shapes({"batch_size": 3}) == {"output": (3, 16, 512), "lse": (3, 16)}
 
 
-def test_workloads_file_is_the_published_one(task):
-    shared = task.folder.parents[2] / "shared" / "data" / "flashinfer_trace" / (
-        "mla_paged_decode_h16_ckv512_kpe64_ps1.workloads.jsonl")
-    if not shared.is_file():
-        pytest.skip("shared data folder not present")
-    assert (task.folder / "workloads.jsonl").read_bytes() == shared.read_bytes()
-
-
 def test_all_47_workloads_load(task):
     ws = task.scaled_workloads("full")
     assert len(ws) == 47
