@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import random
 import sys
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -101,86 +102,107 @@ def _show_finished(run_dir: Path, cfg: DictConfig) -> float | None:
     return report.summarize(results).geomean_speedup
 
 
-def run(cfg: DictConfig) -> float | None:
+@dataclass
+class Target:
+    """What a run measures, resolved before it writes anything: the hardware, the executor, the task and
+    its workloads at the run's scale, the seed, and the configuration with these values recorded."""
+
+    cfg: DictConfig
+    hw: hardware.HardwareSpec
+    evaluator: Any  # None: executor=local (the judge here, the candidate under bubblewrap)
+    task: Any
+    workloads: list
+
+    @classmethod
+    def resolve(cls, cfg: DictConfig) -> Target:
+        from evoteam.task import load_task, select_workloads
+
+        hw = hardware.resolve(cfg.hardware.name, remote=cfg.executor.kind.value == "docker")
+        evaluator = None
+        if cfg.executor.kind.value == "docker":
+            from evoteam.harness.container import ContainerExecutor
+
+            evaluator = ContainerExecutor.from_config(cfg.executor, hw)  # the engine and the image, or one line
+        task = load_task(cfg.task.name)
+        scale = cfg.task.scale or hw.problem_scale
+        workloads = select_workloads(task.scaled_workloads(scale), list(cfg.task.workloads))
+        seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
+        # The configuration as it resolved (the target, the scale, the timing mode, the seed) is what is recorded.
+        cfg = OmegaConf.merge(cfg, {"hardware": {"name": hw.name}, "task": {"scale": scale}, "seed": seed,
+                                    "timing_mode": TimingMode.on(cfg.timing_mode, hw.is_gpu)})
+        return cls(cfg, hw, evaluator, task, workloads)
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted({self.task.workload_group(w) for w in self.workloads})
+
+    def search_space(self):
+        """The task's kernel families usable on this target (the others are named and left out)."""
+        from evoteam.families import load_families
+        from evoteam.team.offline import SearchSpace
+
+        families = load_families(self.task)
+        for f in families:
+            if not f.usable_on(self.hw.name):
+                print(f"evoteam: family {f.name} left out: verified on {', '.join(f.verified_on)} only, not "
+                      f"{self.hw.name} (kernels/{self.task.name}/families.json)", flush=True)
+        return SearchSpace([f for f in families if f.usable_on(self.hw.name)])
+
+
+def _new_run_dir(cfg: DictConfig) -> Path:
     from hydra.core.hydra_config import HydraConfig
 
-    from evoteam.families import load_families
-    from evoteam.llm import LLMError
-    from evoteam.task import load_task, select_workloads, shape_label
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return run_dir
+
+
+def run(cfg: DictConfig) -> float | None:
+    from evoteam.team import presets
     from evoteam.team.budget import Ledger
-    from evoteam.team.offline import SearchSpace
-    from evoteam.team.presets import PRESETS
-    from evoteam.team.runner import RUN_LOG, TeamRun, stop_cleanly
+    from evoteam.team.llm_team import LLMTeam
+    from evoteam.team.runner import TeamRun
     from evoteam.team.supervisor import Supervisor
     from evoteam.team.toolbox import HarnessSettings
-    from evoteam.trace_writer import to_trace
 
     run_dir = None
     if cfg.resume:
         run_dir, cfg = _resumed(cfg)
         if _finished_earlier(run_dir) and not cfg.remeasure and (run_dir / "final" / "results.json").is_file():
             return _show_finished(run_dir, cfg)
-    # Everything that can refuse the run does so before the run writes anything.
-    hw = hardware.resolve(cfg.hardware.name, remote=cfg.executor.kind.value == "docker")
-    evaluator = None  # executor=local: the judge on this machine, the candidate under bubblewrap
-    if cfg.executor.kind.value == "docker":
-        from evoteam.harness.container import ContainerExecutor
-
-        evaluator = ContainerExecutor.from_config(cfg.executor, hw)  # the engine and the image, or one line
-    task = load_task(cfg.task.name)
-    scale = cfg.task.scale or hw.problem_scale
-    workloads = select_workloads(task.scaled_workloads(scale), list(cfg.task.workloads))
-    groups = {w.uuid: task.workload_group(w) for w in workloads}
-    seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
-    # The configuration as it resolved (the target, the scale, the timing mode, the seed) is what is recorded.
-    cfg = OmegaConf.merge(cfg, {"hardware": {"name": hw.name}, "task": {"scale": scale}, "seed": seed,
-                                "timing_mode": TimingMode.on(cfg.timing_mode, hw.is_gpu)})
-    if run_dir is None:
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    settings = HarnessSettings.from_config(cfg, hw, task, workloads)
+    target = Target.resolve(cfg)  # everything that can refuse the run does so before the run writes anything
+    cfg = target.cfg
+    run_dir = run_dir or _new_run_dir(cfg)
+    settings = HarnessSettings.from_config(cfg, target.hw, target.task, target.workloads)
     ledger = Ledger.from_config(cfg.budget, cfg.llm)
-    mode = cfg.budget.mode.value
-
-    offline = cfg.llm.provider.value == "offline"
-    model = "offline" if offline else cfg.llm.model
-    llm_agent_factory = llm_redesign = None
-    if not offline:
-        from evoteam.llm import LLMClient
-        from evoteam.team.llm_agent import LLMAgent
-        from evoteam.team.llm_supervisor import propose_redesign
-
-        client = LLMClient(cfg.llm, journal=run_dir / "llm_journal.jsonl")
-        client.preflight()
-
-        def llm_agent_factory(role):
-            return LLMAgent(role, client)
-
-        def llm_redesign(spec, progress_report):
-            return propose_redesign(client, ledger, spec, progress_report, [model])
-
-    tracker = tracking.open_tracker(cfg, run_dir, tags={"hardware": hw.name, "task": task.name, "budget_mode": mode,
-                                          "team_preset": cfg.team.preset.value, "llm": model,
-                                          "timing_mode": settings.timing_mode})
+    llm = LLMTeam.from_config(cfg.llm, run_dir, ledger)
+    model = llm.model if llm else "offline"
+    tracker = tracking.open_tracker(cfg, run_dir, tags={
+        "hardware": target.hw.name, "task": target.task.name, "budget_mode": cfg.budget.mode.value,
+        "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": settings.timing_mode})
     tracker.start(config_file=run_dir / "config.yaml")  # before any LLM call: autologging traces them
-    preset = replace(PRESETS[cfg.team.preset.value](model), stall_evaluations=cfg.team.stall_evaluations)
-    supervisor = Supervisor(groups=sorted(set(groups.values())), models=[model], llm_redesign=llm_redesign,
-                            max_redesigns=cfg.team.max_redesigns)
-    families = load_families(task)
-    for f in families:
-        if not f.usable_on(hw.name):
-            print(f"evoteam: family {f.name} left out: verified on {', '.join(f.verified_on)} only, not {hw.name} "
-                  f"(kernels/{task.name}/families.json)", flush=True)
-    team_run = TeamRun(run_dir=run_dir, task=task, workloads=workloads, settings=settings, ledger=ledger,
-                       preset=preset, space=SearchSpace([f for f in families if f.usable_on(hw.name)]), supervisor=supervisor, seed=seed,
-                       llm_agent_factory=llm_agent_factory, on_turn=tracker.sync, evaluator=evaluator)
-    print(f"evoteam: task {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; team "
-          f"{cfg.team.preset.value}; llm {model}; budget {mode}: {ledger.token_budget} tokens, "
-          f"{ledger.max_evaluations} evaluations; seed {seed}; run dir {run_dir}", flush=True)
-    if not offline:
-        # Journal lines of calls made before the checkpoint are not replayed again.
-        client.resume_after(ledger.total.calls)
+    team_run = TeamRun(run_dir=run_dir, task=target.task, workloads=target.workloads, settings=settings,
+                       ledger=ledger, preset=presets.from_config(cfg.team, model), space=target.search_space(),
+                       supervisor=Supervisor.from_config(cfg.team, target.groups, model,
+                                                         llm.redesign if llm else None),
+                       seed=cfg.seed, llm_agent_factory=llm.agent if llm else None, on_turn=tracker.sync,
+                       evaluator=target.evaluator)
+    print(f"evoteam: task {target.task.name} ({len(target.workloads)} workloads, scale {cfg.task.scale}) on "
+          f"{target.hw.name}; team {cfg.team.preset.value}; llm {model}; budget {cfg.budget.mode.value}: "
+          f"{ledger.token_budget} tokens, {ledger.max_evaluations} evaluations; seed {cfg.seed}; run dir {run_dir}",
+          flush=True)
+    if llm:
+        llm.continue_after_checkpoint()
+    _search(team_run, tracker, run_dir)
+    return _final(team_run, target, tracker, run_dir)
+
+
+def _search(team_run, tracker, run_dir: Path) -> None:
+    """The team's search until its budget or its designs run out; Ctrl-C and LLM failures keep the state."""
+    from evoteam.llm import LLMError
+    from evoteam.team.runner import RUN_LOG, stop_cleanly
+
     try:
         why = team_run.run()
     except KeyboardInterrupt:
@@ -200,18 +222,26 @@ def run(cfg: DictConfig) -> float | None:
     print(f"\nstopped: {why}; full account: {run_dir / RUN_LOG}\n\nteam history:\n{team_run.history()}\n",
           flush=True)
 
+
+def _final(team_run, target: Target, tracker, run_dir: Path) -> float | None:
+    """The best verified kernel per workload re-measured against the baseline side by side: the table,
+    the FlashInfer-Trace lines, the tracked final figures."""
+    from evoteam.task import shape_label
+    from evoteam.trace_writer import to_trace
+
+    ledger = team_run.ledger
     try:
         print("final: the best verified kernel per workload, re-measured against the baseline side by side", flush=True)
-        results = team_run.final_measurement(timeout_s=cfg.executor.timeout_s)
-        labels = {w.uuid: shape_label(w) for w in workloads}
-        by_uuid = {w.uuid: w for w in workloads}
+        results = team_run.final_measurement(timeout_s=target.cfg.executor.timeout_s)
+        labels = {w.uuid: shape_label(w) for w in target.workloads}
+        by_uuid = {w.uuid: w for w in target.workloads}
         traces = run_dir / "final" / "traces.jsonl"
         traces.unlink(missing_ok=True)
         dispatch = json.loads((run_dir / "final" / "dispatch.json").read_text())
         for r in results:
-            append_traces(traces, [to_trace(task.definition.name, by_uuid[r.uuid], f"evoteam-{dispatch[r.uuid]}", r,
-                                            hw.name)])
-        table = report.format_table(results, labels, "best", hw.bandwidth_ceiling_tbs)
+            append_traces(traces, [to_trace(target.task.definition.name, by_uuid[r.uuid],
+                                            f"evoteam-{dispatch[r.uuid]}", r, target.hw.name)])
+        table = report.format_table(results, labels, "best", target.hw.bandwidth_ceiling_tbs)
         print(table)
         kernels = sorted(set(dispatch.values()))
         total = ledger.total

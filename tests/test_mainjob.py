@@ -85,3 +85,32 @@ def test_max_redesigns_zero_keeps_the_first_team(tmp_path, evoteam_cli):
     assert [t["index"] for t in teams if t["event"] == "start"] == [0], teams
 
 
+
+
+def test_an_llm_team_runs_end_to_end_against_a_server_speaking_the_provider_protocol(tmp_path, evoteam_cli):
+    """The LLM side built from the llm config group (client, agents, journal): a real HTTP server answers one
+    agent's turn that writes the seed kernel and submits it; every token is counted, and with the evaluation
+    budget spent no further call is made."""
+    from fake_openai import FakeOpenAI, reply, tool_call
+
+    from conftest import REPO
+
+    seed = (REPO / "kernels" / "mla_decode" / "seed_triton.py").read_text()
+    script = [reply(None, tool_call("write_kernel", {"name": "v1.py", "source": seed}),
+                    prompt_tokens=100, completion_tokens=20),
+              reply(None, tool_call("submit", {"name": "v1.py", "note": "the seed, as a start"}),
+                    prompt_tokens=150, completion_tokens=10)]
+    with FakeOpenAI(script) as server:
+        result = evoteam_cli("tracking=none", "task.workloads=[00cb2bc2]", "budget.max_evaluations=1", "team=single",
+                             "seed=5", "llm=litellm", "llm.model=openai/fake-model", f"llm.api_base={server.url}",
+                             "llm.api_key_env=EVOTEAM_TEST_KEY", f"run_dir={tmp_path / 'run'}", cwd=tmp_path,
+                             env={"EVOTEAM_TEST_KEY": "dummy"})
+        requests = list(server.requests)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len(requests) == 2 and all(r["model"] == "fake-model" for r in requests), requests
+    assert "llm openai/fake-model" in result.stdout
+    assert "tokens 280 (prompt 250, completion 30)" in result.stdout, result.stdout[-2000:]
+    journal = [json.loads(line) for line in (tmp_path / "run" / "llm_journal.jsonl").read_text().splitlines()]
+    assert len(journal) == 2
+    attempts = (tmp_path / "run" / "workspace" / "attempts.jsonl").read_text().splitlines()
+    assert len(attempts) == 1 and json.loads(attempts[0])["status"] == "PASSED", attempts

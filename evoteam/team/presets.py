@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from evoteam.team.spec import RoleSpec, TeamSpec
 
 
@@ -34,3 +36,8 @@ def evolving(model: str) -> TeamSpec:
 
 
 PRESETS = {"single": single, "fixed4": fixed4, "evolving": evolving}
+
+
+def from_config(team_cfg, model: str) -> TeamSpec:
+    """The starting team of the `team` config group: its preset, with its stall rule."""
+    return replace(PRESETS[team_cfg.preset.value](model), stall_evaluations=team_cfg.stall_evaluations)

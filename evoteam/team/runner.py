@@ -148,6 +148,8 @@ class TeamRun:
                 roles = s.spec.turn_order
                 while s.role_index < len(roles):
                     self.checkpoint()
+                    # A turn is there to produce an evaluation: with none left, no tokens are spent on one.
+                    self.ledger.allow_evaluation()
                     before = len(self.workspace.attempts)
                     account = self._turn(roles[s.role_index])
                     self._record_turn(roles[s.role_index], account, before)

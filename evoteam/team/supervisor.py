@@ -128,6 +128,12 @@ class Supervisor:
         self.llm_redesign = llm_redesign
         self.max_redesigns = max_redesigns
 
+    @classmethod
+    def from_config(cls, team_cfg, groups: list[str], model: str,
+                    llm_redesign: Callable[[TeamSpec, str], TeamSpec | None] | None = None) -> Supervisor:
+        """The supervisor of the `team` config group, over the run's workload groups."""
+        return cls(groups=groups, models=[model], llm_redesign=llm_redesign, max_redesigns=team_cfg.max_redesigns)
+
     def redesign(self, spec: TeamSpec, progress: Progress, why: str, tried: set[str]) -> tuple[TeamSpec | None, str]:
         """A new team and who designed it ("llm" or "rules"); None when every design was tried."""
         if self.llm_redesign is not None:
