@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import threading
@@ -83,6 +84,10 @@ def _litellm():
     import litellm
 
     litellm.suppress_debug_info = True
+    # litellm logs every call at INFO; it stays at warnings unless the user asks for more (LITELLM_LOG=INFO).
+    if not os.environ.get("LITELLM_LOG"):
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     # litellm's background success logger dumps its own response objects with pydantic, which warns
     # about litellm's types on every call; harmless, and not ours to fix.
     warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
@@ -275,10 +280,16 @@ class LLMClient:
             return
         if local or self.api_base:
             return  # a custom endpoint: its key needs are unknown, the first call tells
+        # An empty variable is no key; litellm counts it as set, so it checks without the empty ones.
+        empty = {k: v for k, v in os.environ.items() if k.endswith("_KEY") and not v.strip()}
         try:
+            for k in empty:
+                del os.environ[k]
             env = litellm.validate_environment(model=self.model)
         except Exception:  # validation is advice only
             return
+        finally:
+            os.environ.update(empty)
         missing = [k for k in env.get("missing_keys", []) if k]
         if missing:
             raise LLMConfigError(

@@ -67,10 +67,14 @@ def test_resuming_a_finished_run_shows_its_table_and_measures_nothing(finished_r
     (("task.workloads=[ffffffff]",), "matches no workload"),  # refused inside the job, after Hydra made its folder
     (("executor=docker", "executor.docker_host=unix:///nowhere/no-engine.sock"), "no container engine answers"),
     (("llm=litellm", "llm.model=openai/gpt-4o-mini", "llm.api_key_env=EVOTEAM_NO_SUCH_KEY"), "EVOTEAM_NO_SUCH_KEY"),
+    # The README's own example: the key's variable follows the model's provider, not OpenAI's.
+    (("llm=litellm", "llm.model=anthropic/claude-sonnet-4-5"), "$ANTHROPIC_API_KEY"),
 ])
 def test_a_run_that_cannot_start_leaves_no_folder(tmp_path, evoteam_cli, args, words):
-    result = evoteam_cli("hardware=cpu", "tracking=none", *args, cwd=tmp_path)
+    result = evoteam_cli("hardware=cpu", "tracking=none", *args, cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": "set-but-not-asked-for"})
     assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert "OPENAI_API_KEY" not in result.stderr
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert not (tmp_path / "runs").exists(), sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
 
@@ -108,6 +112,7 @@ def test_an_llm_team_runs_end_to_end_against_a_server_speaking_the_provider_prot
         requests = list(server.requests)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert len(requests) == 2 and all(r["model"] == "fake-model" for r in requests), requests
+    assert "LiteLLM" not in result.stdout + result.stderr  # litellm's own INFO lines stay out of the run's output
     assert "llm openai/fake-model" in result.stdout
     assert "tokens 280 (prompt 250, completion 30)" in result.stdout, result.stdout[-2000:]
     journal = [json.loads(line) for line in (tmp_path / "run" / "llm_journal.jsonl").read_text().splitlines()]
