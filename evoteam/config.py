@@ -92,6 +92,7 @@ class LLMConfig:
     api_key_env: str | None = None  # name of the environment variable holding the key
     temperature: float = 0.2
     max_output_tokens: int = 4096
+    context_tokens: int = 0  # a conversation's limit (prompt + output); 0: the model's, as litellm knows it
     timeout_s: float = 120.0
     max_retries: int = 4
 

@@ -36,6 +36,8 @@ from urllib.parse import urlparse
 
 from evoteam.errors import UserError
 
+DEFAULT_CONTEXT_TOKENS = 32_000  # a model whose window litellm does not know
+
 # litellm otherwise fetches its model-price map from the network at import time.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -234,6 +236,7 @@ class LLMClient:
         self.api_key_env: str | None = config.api_key_env or None
         self.temperature: float = config.temperature
         self.max_output_tokens: int = config.max_output_tokens
+        self._context_tokens: int = int(getattr(config, "context_tokens", 0) or 0)
         self.timeout_s: float = float(config.timeout_s)
         self.max_retries: int = max(0, int(config.max_retries))
         self.backoff_base_s = backoff_base_s
@@ -241,6 +244,21 @@ class LLMClient:
         self._sleep = sleep
         self.journal = _Journal(Path(journal)) if journal is not None else None
         self.requests_sent = 0  # HTTP attempts made by this client (retries included)
+
+    @property
+    def context_tokens(self) -> int:
+        """The conversation's token limit: configured, else the model's as litellm knows it, else 32k."""
+        if self._context_tokens > 0:
+            return self._context_tokens
+        try:
+            info = _litellm().get_model_info(self.model)
+            return int(info.get("max_input_tokens") or info.get("max_tokens") or DEFAULT_CONTEXT_TOKENS)
+        except Exception:  # a model litellm does not know (a local server's)
+            return DEFAULT_CONTEXT_TOKENS
+
+    def count_tokens(self, messages: list[dict]) -> int:
+        """The prompt tokens of a conversation, by litellm's tokenizer for the model (offline)."""
+        return int(_litellm().token_counter(model=self.model, text=json.dumps(messages)))
 
     def resume_after(self, calls: int) -> None:
         """On resume from a checkpoint whose ledger had recorded `calls` LLM calls: those calls are the

@@ -160,6 +160,7 @@ def _new_run_dir(cfg: DictConfig) -> Path:
 
 def run(cfg: DictConfig) -> float | None:
     from evoteam.team import presets
+    from evoteam.team.brief import count_tokens, task_brief
     from evoteam.team.budget import Ledger
     from evoteam.team.llm_team import LLMTeam
     from evoteam.team.runner import TeamRun
@@ -176,8 +177,12 @@ def run(cfg: DictConfig) -> float | None:
     run_dir = run_dir or _new_run_dir(cfg)
     settings = HarnessSettings.from_config(cfg, target.hw, target.task, target.workloads)
     ledger = Ledger.from_config(cfg.budget, cfg.llm)
-    llm = LLMTeam.from_config(cfg.llm, run_dir, ledger)
+    llm = LLMTeam.from_config(cfg.llm, run_dir, ledger, task_brief(
+        target.task, target.hw, target.workloads, cfg.task.baseline, settings.timing_mode))
     model = llm.model if llm else "offline"
+    if llm:
+        print(f"evoteam: every LLM member starts from the task brief in {run_dir / 'brief.md'} "
+              f"({count_tokens(llm.task_brief, model)} tokens)", flush=True)
     tracker = tracking.open_tracker(cfg, run_dir, tags={
         "hardware": target.hw.name, "task": target.task.name, "budget_mode": cfg.budget.mode.value,
         "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": settings.timing_mode})
@@ -187,7 +192,7 @@ def run(cfg: DictConfig) -> float | None:
                        supervisor=Supervisor.from_config(cfg.team, target.groups, model,
                                                          llm.redesign if llm else None),
                        seed=cfg.seed, llm_agent_factory=llm.agent if llm else None, on_turn=tracker.sync,
-                       evaluator=target.evaluator)
+                       evaluator=target.evaluator, bandwidth_ceiling_tbs=target.hw.bandwidth_ceiling_tbs)
     print(f"evoteam: task {target.task.name} ({len(target.workloads)} workloads, scale {cfg.task.scale}) on "
           f"{target.hw.name}; team {cfg.team.preset.value}; llm {model}; budget {cfg.budget.mode.value}: "
           f"{ledger.token_budget} tokens, {ledger.max_evaluations} evaluations; seed {cfg.seed}; run dir {run_dir}",

@@ -47,8 +47,9 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 
 
 def format_table(results: list[WorkloadResult], labels: dict[str, str], candidate: str,
-                 bandwidth_ceiling_tbs: float | None = None) -> str:
-    """One row per workload; `labels` maps uuid -> a short shape description."""
+                 bandwidth_ceiling_tbs: float | None = None, failure_lines: bool = True) -> str:
+    """One row per workload; `labels` maps uuid -> a short shape description. `failure_lines`: the first
+    200 characters of each failure's detail below the table."""
     baseline = next((r.baseline for r in results if r.baseline), "baseline")
     header = ["workload", "shape", "status", "baseline ms", f"{candidate} ms", "speedup", "noise"]
     if bandwidth_ceiling_tbs:
@@ -69,7 +70,7 @@ def format_table(results: list[WorkloadResult], labels: dict[str, str], candidat
     if any(m.startswith(("cputime", "wallclock (no cgroup")) for m in modes):
         lines.append(CPU_NOTE)
     lines.append(summarize(results).line())
-    failures = [r for r in results if r.status != "PASSED"]
+    failures = [r for r in results if r.status != "PASSED"] if failure_lines else []
     for r in failures[:10]:
         lines.append(f"  {r.uuid[:8]} {r.status}: {r.detail[:200]}")
     return "\n".join(lines)

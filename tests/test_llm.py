@@ -378,3 +378,43 @@ def test_propose_redesign_returns_none_for_an_invalid_proposal(server, key, bad)
     ledger = make_ledger()
     assert propose_redesign(make_client(server), ledger, CURRENT, "report", MODELS) is None
     assert ledger.by_role[f"{CURRENT.spec_id}/supervisor"].calls == 1  # the call was spent all the same
+
+
+# ----------------------------------------------------------------------------- the context limit
+
+
+def test_a_conversation_over_its_context_limit_has_older_steps_summarised_never_code_cut():
+    from evoteam.team.llm_agent import ContextTooSmall, fit
+
+    source = "\n".join(f"    x{i} = {i}  # line {i}" for i in range(200))
+    table = "\n".join(f"row {i} | 1.00x" for i in range(300))
+
+    def call(name, args, cid):
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+    messages = [{"role": "system", "content": "brief " * 200}, {"role": "user", "content": "state"},
+                {"role": "assistant", "content": None, "tool_calls": [call("write_kernel", {"name": "v1.py",
+                                                                                            "source": source}, "a")]},
+                {"role": "tool", "tool_call_id": "a", "content": "written v1.py\n" + table},
+                {"role": "assistant", "content": None, "tool_calls": [call("write_kernel", {"name": "v2.py",
+                                                                                            "source": source}, "b")]},
+                {"role": "tool", "tool_call_id": "b", "content": "written v2.py\n" + table}]
+
+    def count(msgs):
+        return len(json.dumps(msgs)) // 4
+
+    before = count(messages)
+    fit(messages, before, count)  # within the limit: nothing changes
+    assert count(messages) == before
+    fit(messages, count(messages[:2]) + count(messages[4:]) + 200, count)
+    assert count(messages) <= count(messages[:2]) + count(messages[4:]) + 200
+    old_args = json.loads(messages[2]["tool_calls"][0]["function"]["arguments"])
+    assert old_args["source"] == "<200 lines of v1.py, as written then; summarised>"  # replaced whole
+    assert messages[3]["content"].startswith("written v1.py [an older result, summarised: 300 more lines]")
+    latest = json.loads(messages[4]["tool_calls"][0]["function"]["arguments"])
+    assert latest["source"] == source and messages[5]["content"].endswith(table)  # the latest step stays whole
+    assert messages[0]["content"] == "brief " * 200  # the brief stays whole
+    assert all(set(m) <= {"role", "content", "tool_calls", "tool_call_id"} for m in messages)  # nothing extra sent
+    with pytest.raises(ContextTooSmall, match="llm.context_tokens") as info:
+        fit(messages, 50, count)
+    assert "\n" not in str(info.value)

@@ -2,6 +2,7 @@
 with a finished run, what a failed start leaves behind, and the supervisor's redesign limit."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -92,30 +93,52 @@ def test_max_redesigns_zero_keeps_the_first_team(tmp_path, evoteam_cli):
 
 
 def test_an_llm_team_runs_end_to_end_against_a_server_speaking_the_provider_protocol(tmp_path, evoteam_cli):
-    """The LLM side built from the llm config group (client, agents, journal): a real HTTP server answers one
-    agent's turn that writes the seed kernel and submits it; every token is counted, and with the evaluation
-    budget spent no further call is made."""
+    """The LLM side built from the llm config group (client, agents, journal, brief): a real HTTP server
+    answers one agent's turn that checks a wrong kernel, then writes the seed kernel and submits it. The
+    first request carries the whole brief; tool results carry the checker's words and the per-workload
+    table; every token is counted; with the evaluation budget spent no further call is made."""
     from fake_openai import FakeOpenAI, reply, tool_call
 
     from conftest import REPO
 
     seed = (REPO / "kernels" / "mla_decode" / "seed_triton.py").read_text()
-    script = [reply(None, tool_call("write_kernel", {"name": "v1.py", "source": seed}),
-                    prompt_tokens=100, completion_tokens=20),
+    zeros = ("def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n"
+             "    output.zero_()\n    lse.zero_()\n")
+    script = [reply(None, tool_call("write_kernel", {"name": "zeros.py", "source": zeros}),
+                    tool_call("run_check", {"name": "zeros.py"}), prompt_tokens=100, completion_tokens=20),
+              reply(None, tool_call("write_kernel", {"name": "v1.py", "source": seed}),
+                    prompt_tokens=200, completion_tokens=30),
               reply(None, tool_call("submit", {"name": "v1.py", "note": "the seed, as a start"}),
-                    prompt_tokens=150, completion_tokens=10)]
+                    prompt_tokens=300, completion_tokens=10)]
     with FakeOpenAI(script) as server:
-        result = evoteam_cli("tracking=none", "task.workloads=[00cb2bc2]", "budget.max_evaluations=1", "team=single",
+        result = evoteam_cli("tracking=none", "task.workloads=[00cb2bc2]", "budget.max_evaluations=2", "team=single",
                              "seed=5", "llm=litellm", "llm.model=openai/fake-model", f"llm.api_base={server.url}",
                              "llm.api_key_env=EVOTEAM_TEST_KEY", f"run_dir={tmp_path / 'run'}", cwd=tmp_path,
                              env={"EVOTEAM_TEST_KEY": "dummy"})
         requests = list(server.requests)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert len(requests) == 2 and all(r["model"] == "fake-model" for r in requests), requests
+    assert len(requests) == 3 and all(r["model"] == "fake-model" for r in requests), requests
     assert "LiteLLM" not in result.stdout + result.stderr  # litellm's own INFO lines stay out of the run's output
-    assert "llm openai/fake-model" in result.stdout
-    assert "tokens 280 (prompt 250, completion 30)" in result.stdout, result.stdout[-2000:]
+    assert "llm openai/fake-model" in result.stdout and "tokens) " not in result.stdout
+    assert "tokens 660 (prompt 600, completion 60)" in result.stdout, result.stdout[-2000:]
+    # The brief: the interface with every argument, the rules, the reference, the seed to start from, the budget.
+    system, user = requests[0]["messages"][0]["content"], requests[0]["messages"][1]["content"]
+    for words in ("def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse)",
+                  "- kpe_cache: bfloat16 [num_pages, page_size=1, head_dim_kpe=64]", "Outputs (preallocated",
+                  "- lse: float32 [batch_size, num_qo_heads=16]", "atol 0.01", "00cb2bc2", "Counted as cheating",
+                  "## The reference implementation", "Triton kernels run under TRITON_INTERPRET=1"):
+        assert words in system, words
+    assert "Budget left:" in user and "2 of 2 evaluations" in user and "the task's seed kernel" in user
+    assert "@triton.jit" in user  # the seed's source, whole
+    assert (tmp_path / "run" / "brief.md").read_text() in system
+    # Tool results: the checker's own words for a failure, the per-workload table for a benchmark.
+    check = requests[1]["messages"][-1]["content"]
+    assert check.startswith("check ") and ": mismatch" in check.splitlines()[0], check
+    assert check.splitlines()[1].split()[:3] == ["workload", "shape", "status"], check  # the per-workload table
+    assert len(re.findall(r"expected -?[0-9.]+ ", check)) == 1 and "atol 0.01 + rtol 0.01" in check, check  # the checker
     journal = [json.loads(line) for line in (tmp_path / "run" / "llm_journal.jsonl").read_text().splitlines()]
-    assert len(journal) == 2
-    attempts = (tmp_path / "run" / "workspace" / "attempts.jsonl").read_text().splitlines()
-    assert len(attempts) == 1 and json.loads(attempts[0])["status"] == "PASSED", attempts
+    assert len(journal) == 3
+    attempts = [json.loads(a) for a in (tmp_path / "run" / "workspace" / "attempts.jsonl").read_text().splitlines()]
+    assert [a["status"] for a in attempts] == ["mismatch", "PASSED"], attempts
+    submitted = requests[2]["messages"][-1]["content"]  # the write_kernel result; the submit's is in the log
+    assert submitted.startswith("written v1.py"), submitted

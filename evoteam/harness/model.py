@@ -84,7 +84,7 @@ class TimingMode(str, Enum):
 TIMING_MODES = tuple(m.value for m in TimingMode)
 
 # (warm-up, timed) rounds on a CPU, where the Triton interpreter makes each call slow
-CPU_ROUNDS = (1, 7)
+CPU_ROUNDS = (1, 15)
 
 
 @dataclass

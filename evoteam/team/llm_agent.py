@@ -1,8 +1,10 @@
 """An LLM agent in a team: one role, acting through its toolbox in a function-calling loop.
 
 A turn starts a fresh conversation: the system message says what the role is for (its kind and
-instructions), what its tools do and what the task is; the user message is the current state of the
-search, given by the caller. Each step asks the ledger how many output tokens the call may use,
+instructions), what its tools do, and gives the run's task brief (`evoteam.team.brief`: interface,
+workloads, rules, hardware, reference); the user message is the state of the search (budget left,
+progress, the best kernel or the seed with its table), given by the caller. A conversation that
+outgrows `llm.context_tokens` has its older steps summarised (`fit`). Each step asks the ledger how many output tokens the call may use,
 calls the model with the role's tools, records the usage (replayed calls too: they were spent in
 the session that made them) and runs every tool call. The turn ends when the model answers without
 tool calls, after a successful `submit`, after `max_steps` calls, or when the role's per-turn token
@@ -11,8 +13,10 @@ cap is used up; `BudgetExceeded` (tokens, evaluations, time) propagates to the c
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
+from evoteam.errors import UserError
 from evoteam.llm import LLMClient, LLMReply, ToolCall
 from evoteam.team.agent import TurnContext
 from evoteam.team.spec import RoleSpec
@@ -34,12 +38,11 @@ KIND_BRIEFS = {
                 "reliance on input values): check them on more workloads and report what you found.",
 }
 
-RULES = ("Rules: a kernel is a Python file defining run(**inputs, **outputs) that writes every element of the "
-         "outputs; it may import only torch, triton and math (never the baseline libraries, the reference or "
-         "evoteam). Every check and benchmark counts against the team's evaluation budget, so do not re-run the "
-         "same file on the same workloads. Call tools with JSON arguments exactly as their schemas describe.")
+CALLING = "Call tools with JSON arguments exactly as their schemas describe."
 
-MAX_TOOL_RESULT_CHARS = 12_000
+
+class ContextTooSmall(UserError):
+    """The brief alone does not fit the configured context."""
 
 
 class LLMAgent:
@@ -60,9 +63,9 @@ class LLMAgent:
             parts.append(f"With read_shared you may read: {', '.join(role.reads)}.")
         if role.workload_group:
             parts.append(f"Focus on the workload group {role.workload_group!r}.")
-        parts.append(RULES)
+        parts.append(CALLING)
         if self.task_brief:
-            parts.append(f"The task:\n{self.task_brief}")
+            parts.append(self.task_brief)
         return "\n\n".join(p for p in parts if p)
 
     def turn(self, toolbox: Toolbox, context: TurnContext, max_steps: int = 8) -> str:
@@ -86,6 +89,7 @@ class LLMAgent:
                     stop = f"token cap {role.token_cap} reached"
                     break
                 max_tokens = min(max_tokens, left)
+            fit(messages, self.client.context_tokens - max_tokens, self.client.count_tokens)
             reply = self.client.complete(messages, tools, max_tokens=max_tokens)
             steps += 1
             ledger.record_llm(toolbox.team_id, role.name, reply.usage)
@@ -116,10 +120,43 @@ def run_tool(toolbox: Toolbox, call: ToolCall) -> str:
         result = toolbox.call(call.name, call.arguments or "{}")
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
         result = f"error: {call.name} failed on these arguments: {type(exc).__name__}: {exc}"
-    result = str(result)
-    if len(result) > MAX_TOOL_RESULT_CHARS:
-        result = result[:MAX_TOOL_RESULT_CHARS] + f"\n... [cut: {len(result) - MAX_TOOL_RESULT_CHARS} more chars]"
-    return result
+    return str(result)
+
+
+def fit(messages: list[dict], limit: int, count) -> None:
+    """Keep a conversation within `limit` prompt tokens by summarising its older steps, oldest first:
+    a tool result becomes its first line, a kernel source sent to a tool becomes a note naming it. Code
+    is kept whole or replaced whole, never cut in the middle. The brief (the first two messages) and the
+    latest step stay as they are; if they alone do not fit, the run stops with one line."""
+    if count(messages) <= limit:
+        return
+    latest = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
+    for i in range(2, latest):
+        _summarise(messages[i])
+        if count(messages) <= limit:
+            return
+    if count(messages[:2]) > limit:
+        raise ContextTooSmall(f"llm.context_tokens: the brief alone takes {count(messages[:2])} tokens, more than "
+                              f"the {limit} left for a prompt; raise llm.context_tokens or lower llm.max_output_tokens")
+
+
+SUMMARISED = " [an older result, summarised"
+
+
+def _summarise(message: dict) -> None:
+    if message["role"] == "tool" and SUMMARISED not in str(message.get("content") or ""):
+        lines = str(message.get("content") or "").splitlines()
+        message["content"] = (lines[0] if lines else "") + f"{SUMMARISED}: {len(lines) - 1} more lines]"
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError:
+            continue
+        if isinstance(args, dict) and isinstance(args.get("source"), str) and not args["source"].endswith("summarised>"):
+            lines = args["source"].count("\n") + 1
+            args["source"] = f"<{lines} lines of {args.get('name', 'the kernel')}, as written then; summarised>"
+            function["arguments"] = json.dumps(args)
 
 
 def _summary(role: RoleSpec, steps: int, used: Counter, submitted: list[str], stop: str, last_text: str) -> str:
@@ -133,4 +170,4 @@ def _summary(role: RoleSpec, steps: int, used: Counter, submitted: list[str], st
     return out
 
 
-__all__ = ["LLMAgent", "KIND_BRIEFS", "run_tool", "LLMReply"]
+__all__ = ["LLMAgent", "KIND_BRIEFS", "run_tool", "fit", "LLMReply"]

@@ -12,29 +12,33 @@ from evoteam.team.llm_supervisor import propose_redesign
 from evoteam.team.spec import RoleSpec, TeamSpec
 
 JOURNAL = "llm_journal.jsonl"
+BRIEF = "brief.md"  # in the run directory: the task brief every LLM member starts from
 
 
 class LLMTeam:
-    def __init__(self, client: LLMClient, ledger: Ledger, model: str):
+    def __init__(self, client: LLMClient, ledger: Ledger, model: str, task_brief: str = ""):
         self.client = client
         self.ledger = ledger
         self.model = model
+        self.task_brief = task_brief  # what every member is told first (evoteam.team.brief.task_brief)
 
     @classmethod
-    def from_config(cls, llm_cfg, run_dir: Path, ledger: Ledger) -> LLMTeam | None:
+    def from_config(cls, llm_cfg, run_dir: Path, ledger: Ledger, task_brief: str = "") -> LLMTeam | None:
         """None with the offline policy; else a client that has answered one preflight call."""
         if llm_cfg.provider.value == "offline":
             return None
         client = LLMClient(llm_cfg, journal=run_dir / JOURNAL)
         client.preflight()
-        return cls(client, ledger, llm_cfg.model)
+        if task_brief:
+            (run_dir / BRIEF).write_text(task_brief)
+        return cls(client, ledger, llm_cfg.model, task_brief)
 
     def continue_after_checkpoint(self) -> None:
         """Journal lines of calls made before the checkpoint (restored into the ledger) are not replayed."""
         self.client.resume_after(self.ledger.total.calls)
 
     def agent(self, role: RoleSpec) -> LLMAgent:
-        return LLMAgent(role, self.client)
+        return LLMAgent(role, self.client, self.task_brief)
 
     def redesign(self, spec: TeamSpec, progress_report: str) -> TeamSpec | None:
         return propose_redesign(self.client, self.ledger, spec, progress_report, [self.model])

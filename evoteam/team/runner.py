@@ -24,7 +24,9 @@ from pathlib import Path
 from evoteam.harness.executor import evaluate as harness_evaluate
 from evoteam.harness.model import WorkloadResult
 from evoteam.llm import Usage
+from evoteam.task import shape_label
 from evoteam.team.agent import TurnContext
+from evoteam.team.brief import state_brief
 from evoteam.team.budget import BudgetExceeded, Ledger
 from evoteam.team.journal import TeamOutcome, TeamRecord
 from evoteam.team.offline import OfflineAgent, SearchSpace
@@ -64,11 +66,14 @@ class TeamRun:
     def __init__(self, *, run_dir: Path, task, workloads: list, settings: HarnessSettings, ledger: Ledger,
                  preset: TeamSpec, space: SearchSpace, supervisor: Supervisor, seed: int,
                  llm_agent_factory: Callable | None = None, log: Callable[[str], None] = print,
-                 evaluator: Callable | None = None, on_turn: Callable[[TeamRun], None] | None = None):
+                 evaluator: Callable | None = None, on_turn: Callable[[TeamRun], None] | None = None,
+                 bandwidth_ceiling_tbs: float | None = None):
         self.run_dir = Path(run_dir)
         self.task = task
         self.workloads = workloads
         self.groups = {w.uuid: task.workload_group(w) for w in workloads}
+        self.labels = {w.uuid: shape_label(w) for w in workloads}
+        self.bandwidth_ceiling_tbs = bandwidth_ceiling_tbs
         self.group_workloads: dict[str, list[str]] = {}
         for uuid, g in self.groups.items():
             self.group_workloads.setdefault(g, []).append(uuid)
@@ -131,11 +136,12 @@ class TeamRun:
         position = f"{s.team_index}/{s.round}/{s.role_index}"
         agent = self._agent(role, position)
         extra = {"evaluator": self.evaluator} if self.evaluator is not None else {}
-        toolbox = Toolbox(self.workspace, self.settings, self.ledger, s.spec.spec_id, role, **extra)
+        toolbox = Toolbox(self.workspace, self.settings, self.ledger, s.spec.spec_id, role, labels=self.labels,
+                          ceiling_tbs=self.bandwidth_ceiling_tbs, **extra)
         progress = self.progress()
-        brief = (f"Task {self.task.name}: {self.task.definition.description or ''}\n"
-                 f"Progress: {progress.report()}\nWorkload groups: "
-                 + ", ".join(f"{g}: {len(u)} workloads" for g, u in self.group_workloads.items()))
+        brief = state_brief(self.task, self.workspace, self.ledger, progress,
+                            {g: len(u) for g, u in self.group_workloads.items()}, self.labels,
+                            self.bandwidth_ceiling_tbs)
         return agent.turn(toolbox, TurnContext(brief=brief, progress=progress, round=s.round))
 
     def run(self) -> str:

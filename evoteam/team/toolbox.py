@@ -110,8 +110,11 @@ def summarize_result(result: EvalResult) -> tuple[str, str, dict[str, float], di
 
 class Toolbox:
     def __init__(self, workspace: Workspace, settings: HarnessSettings, ledger: Ledger, team_id: str,
-                 role: RoleSpec, evaluator: Evaluator = _default_evaluator):
+                 role: RoleSpec, evaluator: Evaluator = _default_evaluator, labels: dict[str, str] | None = None,
+                 ceiling_tbs: float | None = None):
         self.workspace = workspace
+        self.labels = labels or {}  # uuid -> shape, for the per-workload tables of tool results
+        self.ceiling_tbs = ceiling_tbs
         self.settings = settings
         self.ledger = ledger
         self.team_id = team_id
@@ -174,7 +177,13 @@ class Toolbox:
         if isinstance(chosen, str):
             return chosen
         attempt = self.evaluate(source, {"llm_file": name}, kind, chosen)
-        return describe(attempt)
+        return self.report(attempt)
+
+    def report(self, attempt: Attempt) -> str:
+        """An evaluation as a member reads it: verdict, per-workload table, the checker's own words."""
+        from evoteam.team.brief import attempt_report
+
+        return attempt_report(attempt, self.workspace.result_json(attempt.attempt_id), self.labels, self.ceiling_tbs)
 
     def _resolve_workloads(self, prefixes: list[str] | None) -> list[str] | str:
         if not prefixes:
@@ -200,7 +209,7 @@ class Toolbox:
         self.submitted.append(attempt.attempt_id)
         self.workspace.record_strategy({"team": self.team_id, "role": self.role.name, "submitted": attempt.attempt_id,
                                         "note": note, "status": attempt.status, "geomean": attempt.geomean})
-        return "submitted: " + describe(attempt)
+        return "submitted: " + self.report(attempt)
 
     def call(self, tool: str, arguments: str | dict) -> str:
         """Dispatch one function call of an LLM; never raises for the model's mistakes."""

@@ -78,6 +78,11 @@ class Workspace:
     def kernel_path(self, attempt_id: str) -> Path:
         return self.root / "attempts" / attempt_id / "kernel.py"
 
+    def result_json(self, attempt_id: str) -> dict | None:
+        """The harness's full result of an attempt, as recorded."""
+        path = self.root / "attempts" / attempt_id / "result.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
     def record(self, attempt: Attempt, full_result: dict) -> None:
         (self.root / "attempts" / attempt.attempt_id / "result.json").write_text(json.dumps(full_result, indent=1))
         self._append(self.journal, attempt.to_json())  # last: the journal line marks it finished
