@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PIP_ARGS ?=
 ARGS   ?=
 
-.PHONY: run test lint browser sandbox
+.PHONY: run test lint browser sandbox clis
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || { echo "make: creating $(VENV)"; python3 -m venv $(VENV); }
 	@echo "make: installing evoteam and its dependencies ($(TORCH), hydra, mlflow, litellm, ...) into $(VENV): a few minutes on a first install"
@@ -45,3 +45,9 @@ browser:
 	  test "$$(id -u)" = 0 || { echo "make browser: run as root, or: sudo apt-get install chromium"; exit 1; }; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@chromium --version 2>/dev/null | head -n 1
+
+# The coding-agent CLIs the tests drive (pinned in tests/clis/package-lock.json; npm, Node 20).
+clis:
+	@command -v npm >/dev/null 2>&1 || { echo "make: npm is missing: apt-get install -y nodejs npm"; exit 1; }
+	@echo "make: installing Claude Code and Codex CLIs (tests/clis, pinned) from npm"
+	@npm ci --prefix tests/clis --no-audit --no-fund --loglevel=error

@@ -16,7 +16,7 @@ from omegaconf import MISSING
 from evoteam.harness.model import TimingMode
 from evoteam.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_URI
 
-GROUPS = ("hardware", "task", "budget", "team", "llm", "executor", "tracking")
+GROUPS = ("hardware", "task", "budget", "team", "llm", "agent", "executor", "tracking")
 
 
 class BudgetMode(str, Enum):
@@ -28,11 +28,20 @@ class TeamPreset(str, Enum):
     single = "single"  # one agent with all tools
     fixed4 = "fixed4"  # four fixed roles that never change
     evolving = "evolving"  # the supervisor may redesign the team
+    claude_code = "claude_code"  # one Claude Code CLI (the paper's single-agent baseline)
+    codex = "codex"  # one Codex CLI (the paper's Codex baseline)
 
 
 class LLMProvider(str, Enum):
     offline = "offline"  # no LLM: the built-in search policy
     litellm = "litellm"  # any provider through litellm
+
+
+class AgentKind(str, Enum):
+    llm = "llm"  # the function-calling loop through litellm (the offline policy with llm=offline)
+    claude_code = "claude_code"  # the Claude Code CLI (evoteam.team.cli_agent)
+    codex = "codex"  # the Codex CLI
+    command = "command"  # any CLI, from a command template
 
 
 class ExecutorKind(str, Enum):
@@ -98,6 +107,18 @@ class LLMConfig:
 
 
 @dataclass
+class AgentConfig:
+    kind: AgentKind = AgentKind.llm  # who plays the preset's roles (the supervisor may give a role another)
+    binary: str = ""  # the CLI's executable; "": claude / codex on PATH
+    model: str = ""  # the CLI's model name; "": the CLI's default
+    base_url: str | None = None  # the provider's endpoint (a local server, a proxy); null: the CLI's default
+    api_key_env: str | None = None  # the variable holding the key; null: ANTHROPIC_API_KEY / OPENAI_API_KEY
+    command: str = ""  # kind=command: e.g. "mycli --prompt-file {prompt_file} --cwd {workdir} --model {model}"
+    max_turns: int = 40  # Claude Code's --max-turns per evoteam turn
+    timeout_s: float = 1800.0  # one turn of the CLI, at most (and never past the run's wall-time budget)
+
+
+@dataclass
 class ExecutorConfig:
     kind: ExecutorKind = ExecutorKind.local
     timeout_s: int = 600  # per workload of a candidate evaluation (compilation included)
@@ -123,6 +144,7 @@ class EvoteamConfig:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     team: TeamConfig = field(default_factory=TeamConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     # graph (device time; the default), events (per call, host launch included); CPUs use cputime

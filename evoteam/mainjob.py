@@ -149,6 +149,16 @@ class Target:
         return SearchSpace([f for f in families if f.usable_on(self.hw.name)])
 
 
+def _check_cli_agents(cfg: DictConfig) -> None:
+    """The CLIs the starting team needs are installed (one line saying how, if not)."""
+    from evoteam.team import presets
+    from evoteam.team.cli_agent import CLIAgent
+
+    for role in presets.from_config(cfg.team, "offline", cfg.agent.kind.value).roles:
+        if role.agent != "llm":
+            CLIAgent(role, cfg.agent, "", cfg.executor.sandbox.value).binary()
+
+
 def _new_run_dir(cfg: DictConfig) -> Path:
     from hydra.core.hydra_config import HydraConfig
 
@@ -162,6 +172,7 @@ def run(cfg: DictConfig) -> float | None:
     from evoteam.team import presets
     from evoteam.team.brief import count_tokens, task_brief
     from evoteam.team.budget import Ledger
+    from evoteam.team.cli_agent import CLIAgent
     from evoteam.team.llm_team import LLMTeam
     from evoteam.team.runner import TeamRun
     from evoteam.team.supervisor import Supervisor
@@ -174,12 +185,20 @@ def run(cfg: DictConfig) -> float | None:
             return _show_finished(run_dir, cfg)
     target = Target.resolve(cfg)  # everything that can refuse the run does so before the run writes anything
     cfg = target.cfg
+    _check_cli_agents(cfg)
     run_dir = run_dir or _new_run_dir(cfg)
     settings = HarnessSettings.from_config(cfg, target.hw, target.task, target.workloads)
     ledger = Ledger.from_config(cfg.budget, cfg.llm)
-    llm = LLMTeam.from_config(cfg.llm, run_dir, ledger, task_brief(
-        target.task, target.hw, target.workloads, cfg.task.baseline, settings.timing_mode))
+    brief = task_brief(target.task, target.hw, target.workloads, cfg.task.baseline, settings.timing_mode)
+    llm = LLMTeam.from_config(cfg.llm, run_dir, ledger, brief)
     model = llm.model if llm else "offline"
+    preset = presets.from_config(cfg.team, model, cfg.agent.kind.value)
+    if any(r.agent != "llm" for r in preset.roles):
+        (run_dir / "brief.md").write_text(brief)
+
+    def cli_agents(role):  # a role played by a coding-agent CLI (the preset's, or one the supervisor designs)
+        return CLIAgent(role, cfg.agent, brief, cfg.executor.sandbox.value)
+
     if llm:
         print(f"evoteam: every LLM member starts from the task brief in {run_dir / 'brief.md'} "
               f"({count_tokens(llm.task_brief, model)} tokens)", flush=True)
@@ -188,13 +207,15 @@ def run(cfg: DictConfig) -> float | None:
         "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": settings.timing_mode})
     tracker.start(config_file=run_dir / "config.yaml")  # before any LLM call: autologging traces them
     team_run = TeamRun(run_dir=run_dir, task=target.task, workloads=target.workloads, settings=settings,
-                       ledger=ledger, preset=presets.from_config(cfg.team, model), space=target.search_space(),
+                       ledger=ledger, preset=preset, space=target.search_space(),
                        supervisor=Supervisor.from_config(cfg.team, target.groups, model,
                                                          llm.redesign if llm else None),
-                       seed=cfg.seed, llm_agent_factory=llm.agent if llm else None, on_turn=tracker.sync,
+                       seed=cfg.seed, llm_agent_factory=llm.agent if llm else None, cli_agent_factory=cli_agents,
+                       on_turn=tracker.sync,
                        evaluator=target.evaluator, bandwidth_ceiling_tbs=target.hw.bandwidth_ceiling_tbs)
+    agents = sorted({r.agent for r in preset.roles} - {"llm"})
     print(f"evoteam: task {target.task.name} ({len(target.workloads)} workloads, scale {cfg.task.scale}) on "
-          f"{target.hw.name}; team {cfg.team.preset.value}; llm {model}; budget {cfg.budget.mode.value}: "
+          f"{target.hw.name}; team {cfg.team.preset.value}; llm {model}{'; agents ' + ', '.join(agents) if agents else ''}; budget {cfg.budget.mode.value}: "
           f"{ledger.token_budget} tokens, {ledger.max_evaluations} evaluations; seed {cfg.seed}; run dir {run_dir}",
           flush=True)
     if llm:

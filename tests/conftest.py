@@ -45,6 +45,7 @@ HOW_TO_RUN_SKIPPED = (
     ("podman", "python tests/container_engine.py prepare (podman and the images, as root)"),
     ("image", "python tests/container_engine.py prepare (podman and the images, as root)"),
     ("sandbox", "make sandbox (bubblewrap) on a host with cgroups and user namespaces"),
+    ("cli is not installed", "make clis (npm: the pinned Claude Code and Codex CLIs)"),
     ("hadolint", "pip install -e '.[dev]'"),
 )
 

@@ -10,7 +10,8 @@ def test_help_lists_groups_and_options(evoteam_cli, tmp_path):
     result = evoteam_cli("--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     for line in ("hardware: auto, b200, cpu, h100, h200, mi350x", "task: kda_prefill, mla_decode",
-                 "budget: equal, extra", "team: evolving, fixed4, single", "llm: litellm, offline",
+                 "budget: equal, extra", "team: claude_code, codex, evolving, fixed4, single", "llm: litellm, offline",
+                 "agent: claude_code, codex, command, llm",
                  "executor: docker, local", "tracking: mlflow, none"):
         assert line in result.stdout
 

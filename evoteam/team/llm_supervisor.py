@@ -16,7 +16,7 @@ import logging
 from evoteam.llm import LLMClient
 from evoteam.team.budget import Ledger
 from evoteam.team.llm_agent import KIND_BRIEFS
-from evoteam.team.spec import ROLE_KINDS, SHARING, TOOLS, TOPOLOGIES, RoleSpec, SpecError, TeamSpec
+from evoteam.team.spec import AGENTS, ROLE_KINDS, SHARING, TOOLS, TOPOLOGIES, RoleSpec, SpecError, TeamSpec
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,9 @@ def propose_team_schema(allowed_models: list[str]) -> dict:
         "tools": {"type": "array", "items": {"type": "string", "enum": list(TOOLS)}},
         "reads": {"type": "array", "items": {"type": "string", "enum": list(SHARING)},
                   "description": "what it may read from the shared workspace"},
-        "workload_group": {"type": "string", "description": "\"\" for all workloads, else a group name"}},
+        "workload_group": {"type": "string", "description": "\"\" for all workloads, else a group name"},
+        "agent": {"type": "string", "enum": list(AGENTS),
+                  "description": "who plays the role: llm (a function-calling agent) or a coding-agent CLI"}},
         "required": ["name", "kind", "instructions", "tools", "reads"]}
     return {"type": "function", "function": {
         "name": "propose_team",
@@ -99,7 +101,8 @@ def _role(obj: dict, allowed_models: list[str], default_model: str) -> RoleSpec:
         raise SpecError(f"role {name}: tools and reads must be lists")
     return RoleSpec(name=name.strip(), kind=str(obj.get("kind", "")), model=str(model),
                     instructions=str(obj.get("instructions") or ""), tools=tuple(str(t) for t in tools),
-                    reads=tuple(str(r) for r in reads), workload_group=str(obj.get("workload_group") or ""))
+                    reads=tuple(str(r) for r in reads), workload_group=str(obj.get("workload_group") or ""),
+                    agent=str(obj.get("agent") or "llm"))
 
 
 def build_spec(current: TeamSpec, args: dict, allowed_models: list[str]) -> TeamSpec:

@@ -35,9 +35,24 @@ def evolving(model: str) -> TeamSpec:
                     expected_effect="a first verified kernel and a rising best speedup")
 
 
-PRESETS = {"single": single, "fixed4": fixed4, "evolving": evolving}
+def claude_code(model: str) -> TeamSpec:
+    """One Claude Code CLI with all tools (the paper's single-agent baseline, as the paper ran it)."""
+    return replace(single(model), name="claude_code", roles=(replace(single(model).roles[0], agent="claude_code"),),
+                   reason="preset: one Claude Code agent")
 
 
-def from_config(team_cfg, model: str) -> TeamSpec:
-    """The starting team of the `team` config group: its preset, with its stall rule."""
-    return replace(PRESETS[team_cfg.preset.value](model), stall_evaluations=team_cfg.stall_evaluations)
+def codex(model: str) -> TeamSpec:
+    """One Codex CLI with all tools (the paper's Codex baseline)."""
+    return replace(single(model), name="codex", roles=(replace(single(model).roles[0], agent="codex"),),
+                   reason="preset: one Codex agent")
+
+
+PRESETS = {"single": single, "fixed4": fixed4, "evolving": evolving, "claude_code": claude_code, "codex": codex}
+
+
+def from_config(team_cfg, model: str, agent: str = "llm") -> TeamSpec:
+    """The starting team of the `team` config group: its preset, with its stall rule; `agent` (the agent
+    config group's kind) plays the roles that the preset leaves to the LLM layer."""
+    spec = PRESETS[team_cfg.preset.value](model)
+    roles = tuple(replace(r, agent=agent) if r.agent == "llm" else r for r in spec.roles)
+    return replace(spec, roles=roles, stall_evaluations=team_cfg.stall_evaluations)

@@ -65,7 +65,7 @@ RUN_LOG = "run.log"  # in the run directory: every turn's full account
 class TeamRun:
     def __init__(self, *, run_dir: Path, task, workloads: list, settings: HarnessSettings, ledger: Ledger,
                  preset: TeamSpec, space: SearchSpace, supervisor: Supervisor, seed: int,
-                 llm_agent_factory: Callable | None = None, log: Callable[[str], None] = print,
+                 llm_agent_factory: Callable | None = None, cli_agent_factory: Callable | None = None, log: Callable[[str], None] = print,
                  evaluator: Callable | None = None, on_turn: Callable[[TeamRun], None] | None = None,
                  bandwidth_ceiling_tbs: float | None = None):
         self.run_dir = Path(run_dir)
@@ -83,6 +83,7 @@ class TeamRun:
         self.supervisor = supervisor
         self.seed = seed
         self.llm_agent_factory = llm_agent_factory
+        self.cli_agent_factory = cli_agent_factory  # roles played by a coding-agent CLI
         self.log = log
         self.evaluator = evaluator  # None: the isolated harness on this machine (executor=docker, tests: others)
         self.on_turn = on_turn  # called after every turn (tracking: metrics, team runs)
@@ -126,6 +127,10 @@ class TeamRun:
         return progress_of(attempts if upto is None else attempts[:upto], self.groups)
 
     def _agent(self, role, turn_position: str):
+        if role.agent != "llm":
+            if self.cli_agent_factory is None:
+                raise ValueError(f"role {role.name} is played by a {role.agent} CLI, and this run has none")
+            return self.cli_agent_factory(role)
         if role.model == "offline" or self.llm_agent_factory is None:
             rng = random.Random(f"{self.seed}/{turn_position}")
             return OfflineAgent(role, self.space, rng, self.group_workloads)

@@ -12,6 +12,7 @@ ROLE_KINDS = ("generalist", "explorer", "tuner", "debugger", "analyst", "reviewe
 TOOLS = ("write_kernel", "run_check", "run_benchmark", "read_shared", "submit")
 SHARING = ("full_logs", "summaries", "best_kernel", "failure_log")
 TOPOLOGIES = ("sequential", "parallel", "review_loop")
+AGENTS = ("llm", "claude_code", "codex", "command")  # the function-calling loop (or offline policy), or a CLI
 
 
 class SpecError(ValueError):
@@ -28,8 +29,11 @@ class RoleSpec:
     token_cap: int = 0  # per turn; 0 means the team's per-turn share
     reads: tuple[str, ...] = ("summaries",)  # what it reads from the shared workspace (SHARING)
     workload_group: str = ""  # "" = all workloads, else a group name of the task (e.g. "batch64")
+    agent: str = "llm"  # AGENTS: who plays the role (evoteam.team.cli_agent for the CLIs)
 
     def validate(self) -> None:
+        if self.agent not in AGENTS:
+            raise SpecError(f"role {self.name}: agent {self.agent!r} is not one of {', '.join(AGENTS)}")
         if self.kind not in ROLE_KINDS:
             raise SpecError(f"role {self.name}: kind {self.kind!r} is not one of {', '.join(ROLE_KINDS)}")
         bad = [t for t in self.tools if t not in TOOLS]
@@ -77,6 +81,9 @@ class TeamSpec:
         d = asdict(self)
         for key in ("name", "reason", "expected_effect", "parent"):
             d.pop(key)
+        for role in d["roles"]:
+            if role["agent"] == "llm":
+                role.pop("agent")  # the default leaves the designs of earlier runs (and their ids) as they were
         return d
 
     @property

@@ -114,7 +114,9 @@ def rule_based_redesign(spec: TeamSpec, progress: Progress, why: str, groups: li
                 TeamSpec(name=f"model-{other}", roles=tuple(replace(r, model=other) for r in spec.roles),
                          order=spec.order, topology=spec.topology, stall_evaluations=spec.stall_evaluations)))
 
+    agent = spec.roles[0].agent  # a new design's roles are played as the current team's are (LLM or a CLI)
     for reason, effect, design in candidates:
+        design = replace(design, roles=tuple(r if r.agent != "llm" else replace(r, agent=agent) for r in design.roles))
         if design.spec_id not in tried:
             return replace(design, reason=reason, expected_effect=effect, parent=spec.spec_id)
     return None
