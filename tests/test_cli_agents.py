@@ -141,3 +141,26 @@ def test_a_cli_that_is_missing_or_cannot_start_stops_the_run_in_one_line(tmp_pat
     assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     assert run_dir.exists() == leaves_run
+
+
+def test_any_cli_from_a_command_template_works_in_the_workspace_and_calls_the_tools(tmp_path, evoteam_cli,
+                                                                                     seed_source):
+    """agent=command: a stand-in CLI (a shell script) reads its prompt file, writes a kernel and benchmarks it
+    with ./evoteam-tool, confined like the others: it cannot write outside its member folder."""
+    cli = tmp_path / "cli"
+    cli.mkdir()
+    (cli / "seed.py").write_text(seed_source)
+    script = cli / "mycli"
+    script.write_text("#!/bin/bash\nset -u\ngrep -q evoteam-tool \"$1\" || exit 3\n"
+                      f"cp {cli / 'seed.py'} v1.py\n./evoteam-tool bench v1.py > bench.txt\n"
+                      f"touch {cli / 'escaped'} 2>/dev/null; touch ../outside 2>/dev/null; exit 0\n")
+    script.chmod(0o755)
+    run_dir = tmp_path / "run"
+    result = evoteam_cli(*TINY, "team=single", "agent=command", f"agent.command='{script} {{prompt_file}}'",
+                         "budget.max_evaluations=1", f"run_dir={run_dir}", cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    member = _member(run_dir)
+    assert "PASSED" in (member / "bench.txt").read_text()
+    attempts = [json.loads(a) for a in (run_dir / "workspace" / "attempts.jsonl").read_text().splitlines()]
+    assert [(a["kind"], a["status"]) for a in attempts] == [("benchmark", "PASSED")]
+    assert not (cli / "escaped").exists() and not (member.parent / "outside").exists()  # read-only outside its folder

@@ -217,6 +217,16 @@ class CLIAgent:
 
     # ------------------------------------------------------------------ the command line
     def binary(self) -> str:
+        """The CLI's executable, absolute; one line saying how to get it if it is not there."""
+        if self.kind == "command":
+            words = (self.settings.command or "").split()
+            if not words:
+                raise UserError("agent=command needs 'agent.command=\"<cli> ... {prompt_file} ...\"' ({prompt_file}, "
+                                "{workdir} and {model} are filled in)")
+            found = shutil.which(words[0])
+            if not found:
+                raise UserError(f"agent.command: the program {words[0]!r} is not found; give its path")
+            return os.path.abspath(found)
         given = getattr(self.settings, "binary", "") or DEFAULT_BINARY.get(self.kind, "")
         found = shutil.which(given) if given else None
         if not found:
@@ -258,12 +268,9 @@ class CLIAgent:
                         "-c", 'model_providers.evoteam.wire_api="responses"']
             env.update({"CODEX_HOME": str(home / ".codex"), key_env: key})
             return cmd + [prompt], env
-        template = s.command
-        if not template:
-            raise UserError("agent=command needs agent.command='<cli> ... {prompt_file} ...' ({prompt_file}, "
-                            "{workdir} and {model} are filled in)")
         (folder / "PROMPT.md").write_text(prompt)
-        words = [w.format(prompt_file=folder / "PROMPT.md", workdir=folder, model=s.model) for w in template.split()]
+        words = [self.binary()] + [w.format(prompt_file=folder / "PROMPT.md", workdir=folder, model=s.model)
+                                   for w in s.command.split()[1:]]
         env[key_env or "EVOTEAM_NO_KEY"] = key
         return words, env
 
