@@ -7,6 +7,7 @@ tokens equal what the server reported; a CLI over budget is stopped and its work
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,29 @@ def test_a_claude_code_run_over_its_token_budget_is_stopped_and_its_work_kept(tm
     assert (_member(run_dir) / "v1.py").read_text().strip() == seed_source.strip()  # its work so far stays
     total, _, _ = _tokens(result.stdout)
     assert total == 400 + 100 + 5000  # the stopped call's prompt was charged as it arrived
+
+
+def test_a_cli_past_the_evaluation_budget_is_told_so_and_stopped(tmp_path, evoteam_cli, seed_source):
+    from fake_anthropic import FakeAnthropic, ToolUse, Turn, Usage
+
+    two = _write("v1.py", seed_source) + "\n" + _write("v2.py", seed_source)
+    script = [Turn(tool_uses=[ToolUse("Bash", {"command": two + "\necho '# v2' >> v2.py"})], usage=Usage(300, 50)),
+              Turn(tool_uses=[ToolUse("Bash", {"command": "./evoteam-tool bench v1.py"})], usage=Usage(400, 20)),
+              Turn(tool_uses=[ToolUse("Bash", {"command": "./evoteam-tool bench v2.py; sleep 20"})],
+                   usage=Usage(500, 20)),
+              Turn(text="never reached", usage=Usage(10, 1), sleep_before=20)]
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    with FakeAnthropic(script) as server:
+        result = evoteam_cli(*TINY, "team=claude_code", f"agent.binary={_cli('claude')}", "agent.model=claude-sonnet-4-5",
+                             f"agent.base_url={server.base_url}", "budget.max_evaluations=1", f"run_dir={run_dir}",
+                             cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-test"}, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "evaluation budget spent: 1 of 1" in result.stdout, result.stdout[-2000:]
+    assert time.monotonic() - started < 120  # stopped, not waiting out its sleeps
+    attempts = (run_dir / "workspace" / "attempts.jsonl").read_text().splitlines()
+    assert len(attempts) == 1  # v2 was refused, not evaluated
+    assert (_member(run_dir) / "v2.py").is_file()  # and the CLI's work stays
 
 
 def test_codex_writes_a_kernel_that_the_harness_evaluates_and_every_token_is_counted(

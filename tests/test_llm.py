@@ -342,6 +342,16 @@ PROPOSAL = {
 MODELS = ["openai/fake-model", "openai/other-model"]
 
 
+def test_the_supervisor_may_give_a_role_to_a_coding_agent_cli(server, key):
+    roles = [{**PROPOSAL["roles"][0], "agent": "claude_code"}, PROPOSAL["roles"][1]]
+    server.add(reply(None, tool_call("propose_team", {**PROPOSAL, "roles": roles})))
+    spec = propose_redesign(make_client(server), make_ledger(), CURRENT, "stalled", MODELS)
+    assert [r.agent for r in spec.roles] == ["claude_code", "llm"]
+    agent_schema = server.requests[0]["tools"][0]["function"]["parameters"]["properties"]["roles"]["items"]
+    assert agent_schema["properties"]["agent"]["enum"] == ["llm", "claude_code", "codex", "command"]
+    assert TeamSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
 def test_propose_redesign_builds_an_evolved_spec(server, key):
     server.add(reply(None, tool_call("propose_team", PROPOSAL), prompt_tokens=900, completion_tokens=150,
                      cached_tokens=300, reasoning_tokens=50))
@@ -369,6 +379,7 @@ def test_propose_redesign_builds_an_evolved_spec(server, key):
     {**PROPOSAL, "roles": []},
     {**PROPOSAL, "roles": [PROPOSAL["roles"][0], PROPOSAL["roles"][0]]},
     {**PROPOSAL, "stall_evaluations": 0},
+    {**PROPOSAL, "roles": [{**PROPOSAL["roles"][0], "agent": "cursor"}]},
     "{not json",
     None,  # no tool call at all
 ])
