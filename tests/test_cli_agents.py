@@ -75,6 +75,8 @@ def test_claude_code_writes_a_kernel_that_the_harness_evaluates_and_every_token_
     assert [(a["kind"], a["status"], a["role"]) for a in attempts] == [("benchmark", "PASSED", "agent")]
     prompt = sums["input_tokens"] + sums["cache_creation_input_tokens"] + sums["cache_read_input_tokens"]
     assert _tokens(result.stdout) == (prompt + sums["output_tokens"], prompt, sums["output_tokens"])
+    # The CLI's own list price (sonnet-4-5: $3 in, $15 out, $3.75 cache write, $0.30 cache read per 1M): $0.02475
+    assert re.search(r"cost \$0\.024[78]", result.stdout), result.stdout[-500:]
     brief = main[0]["body"]
     assert "BRIEF.md" in json.dumps(brief["messages"][0]) and (member / "BRIEF.md").is_file()
     assert "- kpe_cache: bfloat16" in (member / "BRIEF.md").read_text()

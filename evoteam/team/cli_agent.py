@@ -154,7 +154,7 @@ class UsageMeter:
             self._codex(event)
 
     def _add(self, usage: Usage) -> None:
-        if usage.total_tokens or usage.calls:
+        if usage.total_tokens or usage.calls or usage.cost_usd:
             self.total.add(usage)
             self.charge(usage)
 
@@ -175,8 +175,9 @@ class UsageMeter:
             cached = int(u.get("cache_read_input_tokens") or 0)
             final = Usage(prompt_tokens=int(u.get("input_tokens") or 0) + int(u.get("cache_creation_input_tokens") or 0)
                           + cached, completion_tokens=int(u.get("output_tokens") or 0), cached_tokens=cached)
-            self._true_up(final)
             self.cost_usd = event.get("total_cost_usd")
+            final.cost_usd = float(self.cost_usd or 0.0)  # the CLI's list price, as litellm's is for the LLM layer
+            self._true_up(final)
             self.text = str(event.get("result") or self.text)
 
     def _codex(self, event: dict) -> None:
@@ -195,7 +196,8 @@ class UsageMeter:
         extra = Usage(prompt_tokens=max(0, final.prompt_tokens - self.total.prompt_tokens),
                       completion_tokens=max(0, final.completion_tokens - self.total.completion_tokens),
                       cached_tokens=max(0, final.cached_tokens - self.total.cached_tokens),
-                      reasoning_tokens=max(0, final.reasoning_tokens - self.total.reasoning_tokens))
+                      reasoning_tokens=max(0, final.reasoning_tokens - self.total.reasoning_tokens),
+                      cost_usd=max(0.0, final.cost_usd - self.total.cost_usd))
         self._add(extra)
 
 
