@@ -37,6 +37,13 @@ def _tokens(stdout: str) -> tuple[int, int, int]:
     return int(m[1]), int(m[2]), int(m[3])
 
 
+def _claude_code(evoteam_cli, server, run_dir: Path, *args: str):
+    """The main job with one Claude Code agent (team=claude_code) talking to `server`."""
+    return evoteam_cli(*TINY, "team=claude_code", f"agent.binary={_cli('claude')}", "agent.model=claude-sonnet-4-5",
+                       f"agent.base_url={server.base_url}", f"run_dir={run_dir}", *args, cwd=run_dir.parent,
+                       env={"ANTHROPIC_API_KEY": "sk-ant-test"}, timeout=900)
+
+
 def _member(run_dir: Path) -> Path:
     (member,) = (run_dir / "workspace" / "members").iterdir()
     return member
@@ -59,9 +66,7 @@ def test_claude_code_writes_a_kernel_that_the_harness_evaluates_and_every_token_
               Turn(text="Submitted v1.py.", usage=Usage(1800, 10))]
     run_dir = tmp_path / "run"
     with FakeAnthropic(script) as server:
-        result = evoteam_cli(*TINY, "team=claude_code", f"agent.binary={_cli('claude')}", "agent.model=claude-sonnet-4-5",
-                             f"agent.base_url={server.base_url}", "budget.max_evaluations=1", f"run_dir={run_dir}",
-                             cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-test"}, timeout=900)
+        result = _claude_code(evoteam_cli, server, run_dir, "budget.max_evaluations=1")
         sums = server.usage_sums(kinds=("main", "side"))
         main = server.main_requests()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -91,9 +96,7 @@ def test_a_claude_code_run_over_its_token_budget_is_stopped_and_its_work_kept(tm
               Turn(text="never reached", usage=Usage(10, 1))]
     run_dir = tmp_path / "run"
     with FakeAnthropic(script) as server:
-        result = evoteam_cli(*TINY, "team=claude_code", f"agent.binary={_cli('claude')}", "agent.model=claude-sonnet-4-5",
-                             f"agent.base_url={server.base_url}", "budget.tokens=3000", f"run_dir={run_dir}",
-                             cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-test"}, timeout=900)
+        result = _claude_code(evoteam_cli, server, run_dir, "budget.tokens=3000")
         served = len(server.main_requests())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert served == 2  # stopped inside the second call, long before its 20 s stall ended
@@ -115,9 +118,7 @@ def test_a_cli_past_the_evaluation_budget_is_told_so_and_stopped(tmp_path, evote
     run_dir = tmp_path / "run"
     started = time.monotonic()
     with FakeAnthropic(script) as server:
-        result = evoteam_cli(*TINY, "team=claude_code", f"agent.binary={_cli('claude')}", "agent.model=claude-sonnet-4-5",
-                             f"agent.base_url={server.base_url}", "budget.max_evaluations=1", f"run_dir={run_dir}",
-                             cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-test"}, timeout=900)
+        result = _claude_code(evoteam_cli, server, run_dir, "budget.max_evaluations=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "evaluation budget spent: 1 of 1" in result.stdout, result.stdout[-2000:]
     assert time.monotonic() - started < 120  # stopped, not waiting out its sleeps
