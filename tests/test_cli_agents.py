@@ -127,6 +127,21 @@ def test_a_cli_past_the_evaluation_budget_is_told_so_and_stopped(tmp_path, evote
     assert (_member(run_dir) / "v2.py").is_file()  # and the CLI's work stays
 
 
+def test_a_cli_still_running_when_the_wall_time_budget_ends_is_stopped(tmp_path, evoteam_cli, seed_source):
+    from fake_anthropic import FakeAnthropic, ToolUse, Turn, Usage
+
+    script = [Turn(tool_uses=[ToolUse("Bash", {"command": _write("v1.py", seed_source)})], usage=Usage(300, 50)),
+              Turn(text="still thinking", usage=Usage(400, 20), sleep_before=300)]
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    with FakeAnthropic(script) as server:
+        result = _claude_code(evoteam_cli, server, run_dir, "budget.max_wall_time_s=45")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "wall-time budget spent" in result.stdout, result.stdout[-2000:]
+    assert time.monotonic() - started < 200  # not the model's 300 s
+    assert (_member(run_dir) / "v1.py").is_file()
+
+
 def test_codex_writes_a_kernel_that_the_harness_evaluates_and_every_token_is_counted(
         tmp_path, evoteam_cli, seed_source):
     from fake_openai_responses import FakeResponsesServer, make_usage
