@@ -193,8 +193,8 @@ def run(cfg: DictConfig) -> float | None:
     llm = LLMTeam.from_config(cfg.llm, run_dir, ledger, brief)
     model = llm.model if llm else "offline"
     preset = presets.from_config(cfg.team, model, cfg.agent.kind.value)
-    if any(r.agent != "llm" for r in preset.roles):
-        (run_dir / "brief.md").write_text(brief)
+    if llm or any(r.agent != "llm" for r in preset.roles):
+        (run_dir / "brief.md").write_text(brief)  # what every LLM or CLI member starts from
 
     def cli_agents(role):  # a role played by a coding-agent CLI (the preset's, or one the supervisor designs)
         return CLIAgent(role, cfg.agent, brief, cfg.executor.sandbox.value)

@@ -12,7 +12,6 @@ from evoteam.team.llm_supervisor import propose_redesign
 from evoteam.team.spec import RoleSpec, TeamSpec
 
 JOURNAL = "llm_journal.jsonl"
-BRIEF = "brief.md"  # in the run directory: the task brief every LLM member starts from
 
 
 class LLMTeam:
@@ -29,8 +28,6 @@ class LLMTeam:
             return None
         client = LLMClient(llm_cfg, journal=run_dir / JOURNAL)
         client.preflight()
-        if task_brief:
-            (run_dir / BRIEF).write_text(task_brief)
         return cls(client, ledger, llm_cfg.model, task_brief)
 
     def continue_after_checkpoint(self) -> None:
