@@ -124,7 +124,7 @@ def _v2_parent() -> Path:
 class Cgroup:
     """One runner's cgroup (v2, or the memory, pids and freezer hierarchies of v1)."""
 
-    def __init__(self, version: str, name: str, memory_bytes: int, max_pids: int):
+    def __init__(self, version: str, name: str, memory_bytes: int, max_pids: int, cpus: frozenset[int] | None = None):
         self.version = version
         if version == "v2":
             self.dirs = [_v2_parent() / name]
@@ -133,6 +133,12 @@ class Cgroup:
                          if (CGROUP_ROOT / ctl).is_dir()]
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
+        self.cpuset_problem = "" if cpus else "not asked"
+        if cpus:
+            try:
+                self._confine_cpus(name, ",".join(str(c) for c in sorted(cpus)))
+            except OSError as exc:
+                self.cpuset_problem = f"no cpuset controller to hold it ({exc.strerror or exc})"
         if version == "v2":
             (self.dirs[0] / "memory.max").write_text(str(memory_bytes) if memory_bytes else "max")
             (self.dirs[0] / "memory.swap.max").write_text("0") if (self.dirs[0] / "memory.swap.max").exists() else None
@@ -143,6 +149,28 @@ class Cgroup:
                     (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
                 elif d.parts[-3] == "pids":
                     (d / "pids.max").write_text(str(max_pids))
+
+    def _confine_cpus(self, name: str, cpus: str) -> None:
+        """A cpuset: the runner's processes cannot move to another CPU (sched_setaffinity is masked by
+        it), so the judge's cache flush on that CPU reaches every call."""
+        if self.version == "v2":
+            for control in (CGROUP_ROOT / "cgroup.subtree_control", _v2_parent() / "cgroup.subtree_control"):
+                if "cpuset" not in control.read_text().split():
+                    control.write_text("+cpuset")
+            (self.dirs[0] / "cpuset.cpus").write_text(cpus)
+            return
+        root = CGROUP_ROOT / "cpuset"
+        if not root.is_dir():
+            raise OSError("no cpuset hierarchy")
+        parent, own = root / "evoteam", root / "evoteam" / name
+        parent.mkdir(exist_ok=True)
+        for key in ("cpuset.cpus", "cpuset.mems"):  # a v1 cpuset starts empty: a child needs its parent's
+            if not (parent / key).read_text().strip():
+                (parent / key).write_text((root / key).read_text().strip())
+        own.mkdir(exist_ok=True)
+        self.dirs.append(own)
+        (own / "cpuset.mems").write_text((parent / "cpuset.mems").read_text().strip())
+        (own / "cpuset.cpus").write_text(cpus)
 
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in self.dirs]
@@ -244,6 +272,7 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)
     trusted: bool = False  # the baseline runner: the libraries and the package's data stay visible
     mode: str = "strict"  # strict or weak
+    cpus: frozenset[int] | None = None  # CPU targets: the one CPU the judge flushes and times on
 
 
 def _gpu_devices(device: str) -> list[str]:
@@ -394,7 +423,7 @@ class SandboxedProcess:
         elif caps.cgroup:
             try:
                 name = f"runner-{os.getpid()}-{time.monotonic_ns()}"
-                self.cgroup = Cgroup(caps.cgroup, name, spec.memory_bytes, spec.max_pids)
+                self.cgroup = Cgroup(caps.cgroup, name, spec.memory_bytes, spec.max_pids, spec.cpus)
                 memory = f"{spec.memory_bytes >> 20} MiB" if spec.memory_bytes else "no limit"
                 self.record["cgroup"] = f"{caps.cgroup}: memory {memory}, {spec.max_pids} pids"
             except OSError as exc:
@@ -426,10 +455,16 @@ class SandboxedProcess:
             prologue += "".join(f"echo $$ > {shlex.quote(f)} && " for f in self.cgroup.procs_files())
         shell = [shutil.which("sh") or "/bin/sh", "-c", prologue + 'exec "$@"', "sh", *cmd]
         self.log_path = log_path
+        pin = None
+        if spec.cpus:
+            held = self.cgroup is not None and not self.cgroup.cpuset_problem
+            self.record["cpus"] = ",".join(map(str, sorted(spec.cpus))) + (
+                " (cpuset)" if held else f" (affinity only: {self.cgroup.cpuset_problem if self.cgroup else 'no cgroup'})")
+            pin = functools.partial(os.sched_setaffinity, 0, spec.cpus)
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(shell, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=env, pass_fds=pass_fds, start_new_session=True,
-                                         cwd=str(spec.scratch))
+                                         cwd=str(spec.scratch), preexec_fn=pin)
 
     def poll(self) -> int | None:
         return self.proc.poll()
