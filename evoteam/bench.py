@@ -16,14 +16,15 @@ import time
 from pathlib import Path
 
 from evoteam import hardware, report
-from evoteam.errors import EXIT_BAD_INPUT, UserError
+from evoteam.errors import UserError, exit_code_of
 from evoteam.harness.model import CPU_ROUNDS, TIMING_MODES, TimingMode
 from evoteam.schema import append_traces
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m evoteam.bench", description=__doc__.splitlines()[0])
-    p.add_argument("solution", help="the candidate's Python file (entry point `run` unless --entry)")
+    p.add_argument("solution", help="the candidate: a Python file (entry point `run` unless --entry), or a "
+                   "FlashInfer-Trace solution JSON (Python, Triton, C++ or CUDA sources)")
     p.add_argument("--task", required=True, help="a folder of kernels/, e.g. mla_decode or kda_prefill")
     p.add_argument("--hardware", default="auto", help="a spec sheet of hardware/ or auto (default)")
     p.add_argument("--scale", choices=["full", "small"], help="problem scale (default: the target's)")
@@ -70,13 +71,19 @@ def _options(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _solution_name(path: Path) -> str:
+    """A solution JSON's own name, else the file's stem."""
+    if path.suffix == ".json":
+        try:
+            return str(json.loads(path.read_text())["name"])
+        except (ValueError, KeyError, TypeError):
+            pass  # the judge records why it cannot run it
+    return path.stem
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except UserError as exc:
-        print(f"evoteam.bench: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return exit_code_of("evoteam.bench", lambda: run(args))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     solution = Path(args.solution)
     if not solution.is_file():
-        raise UserError(f"solution file {solution} does not exist; give the path of a Python file")
+        raise UserError(f"solution file {solution} does not exist; give the path of a Python file or a solution JSON")
     if args.task not in available_tasks():
         raise UserError(f"--task {args.task} is not a known task; allowed: {', '.join(available_tasks())}")
     if args.trials < 3:
@@ -103,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
     labels = {w.uuid: shape_label(w) for w in workloads}
     by_uuid = {w.uuid: w for w in workloads}
-    name = args.label or solution.stem
+    name = args.label or _solution_name(solution)
     rounds = (EvalRequest.warmup, EvalRequest.reps) if hw.is_gpu else CPU_ROUNDS
     warmup = args.warmup if args.warmup is not None else rounds[0]
     reps = args.reps if args.reps is not None else rounds[1]

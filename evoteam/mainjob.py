@@ -249,6 +249,25 @@ def _search(team_run, tracker, run_dir: Path) -> None:
           flush=True)
 
 
+def _write_solutions(target: Target, final_dir: Path, dispatch: dict[str, str]) -> dict[str, str]:
+    """Each final kernel as a FlashInfer-Trace solution (final/solutions/<name>.json, what the traces
+    name and `python -m evoteam.export --run` carries); its name per dispatch value."""
+    from evoteam.schema import Solution
+    from evoteam.trace_writer import solution_name
+
+    names = {}
+    for kernel in sorted(set(dispatch.values())):
+        path = final_dir / "kernels" / f"{kernel or 'default'}.py"
+        name = solution_name(target.task.name, path.read_text())
+        solution = Solution.from_file(path, target.task.definition.name, name=name,
+                                      target_hardware=(target.hw.name,))
+        out = final_dir / "solutions" / f"{name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(solution.to_json(), indent=2) + "\n")
+        names[kernel] = name
+    return names
+
+
 def _final(team_run, target: Target, tracker, run_dir: Path) -> float | None:
     """The best verified kernel per workload re-measured against the baseline side by side: the table,
     the FlashInfer-Trace lines, the tracked final figures."""
@@ -264,9 +283,10 @@ def _final(team_run, target: Target, tracker, run_dir: Path) -> float | None:
         traces = run_dir / "final" / "traces.jsonl"
         traces.unlink(missing_ok=True)
         dispatch = json.loads((run_dir / "final" / "dispatch.json").read_text())
+        names = _write_solutions(target, run_dir / "final", dispatch)
         for r in results:
             append_traces(traces, [to_trace(target.task.definition.name, by_uuid[r.uuid],
-                                            f"evoteam-{dispatch[r.uuid]}", r, target.hw.name)])
+                                            names[dispatch[r.uuid]], r, target.hw.name)])
         table = report.format_table(results, labels, "best", target.hw.bandwidth_ceiling_tbs)
         print(table)
         kernels = sorted(set(dispatch.values()))

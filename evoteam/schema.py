@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,13 @@ DTYPES = (
     "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "float4_e2m1",
     "int64", "int32", "int16", "int8", "bool",
 )
+
+
+def json_float(x: float) -> float | str:
+    """A float in strict JSON as flashinfer-bench writes it (pydantic's "strings" mode for inf and nan)."""
+    if math.isfinite(x):
+        return x
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
 class SchemaError(ValueError):
@@ -217,6 +225,9 @@ class Workload:
     axes: dict[str, int]
     inputs: dict[str, InputSpec]
     uuid: str
+    # A scaled-down workload: the published uuid it was made from (not part of the trace format; a
+    # published uuid prefix selects the workload scaled from it).
+    origin: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_json(cls, obj: dict) -> Workload:
@@ -250,20 +261,21 @@ class SourceFile:
 
 @dataclass(frozen=True)
 class BuildSpec:
-    """`entry_point` is '<file.py>::<function>'; destination-passing style means the entry
-    writes into output tensors passed by keyword instead of returning them."""
+    """`entry_point` is '<file>::<function>'; destination-passing style means the entry writes into
+    output tensors passed after the inputs instead of returning them."""
 
-    language: str  # "python" | "triton" | "cuda"
+    language: str  # "python" | "triton" | "cpp" | "cuda" | "tilelang"
     target_hardware: tuple[str, ...]
     entry_point: str
     dependencies: tuple[str, ...] | None = None
     destination_passing_style: bool = True
+    binding: str | None = None  # C++/CUDA: "torch" or "tvm-ffi" (flashinfer-bench's default when absent)
 
     @classmethod
     def from_json(cls, obj: dict, where: str = "spec") -> BuildSpec:
         entry = _require(obj, "entry_point", where)
-        if "::" not in entry or not entry.split("::", 1)[0].endswith(".py"):
-            raise SchemaError(f"{where}: entry_point must be '<file.py>::<function>', got {entry!r}")
+        if entry.count("::") != 1 or not all(entry.split("::")):
+            raise SchemaError(f"{where}: entry_point must be '<file>::<function>', got {entry!r}")
         deps = obj.get("dependencies")
         return cls(
             language=_require(obj, "language", where),
@@ -271,6 +283,7 @@ class BuildSpec:
             entry_point=entry,
             dependencies=None if deps is None else tuple(deps),
             destination_passing_style=bool(obj.get("destination_passing_style", True)),
+            binding=obj.get("binding"),
         )
 
     def to_json(self) -> dict:
@@ -282,6 +295,8 @@ class BuildSpec:
         }
         if self.dependencies is not None:
             out["dependencies"] = list(self.dependencies)
+        if self.binding is not None:
+            out["binding"] = self.binding
         return out
 
 
@@ -326,11 +341,12 @@ class Solution:
 
     @classmethod
     def from_file(cls, path: str | Path, definition: str, author: str = "evoteam",
-                  language: str = "triton", entry: str = "run", target_hardware: Iterable[str] = ("any",)) -> Solution:
-        """Wrap a single Python source file as a Solution."""
+                  language: str = "triton", entry: str = "run", target_hardware: Iterable[str] = ("any",),
+                  name: str | None = None) -> Solution:
+        """Wrap a single Python source file as a Solution (named by its stem unless `name` is given)."""
         path = Path(path)
         return cls(
-            name=path.stem,
+            name=name or path.stem,
             definition=definition,
             author=author,
             spec=BuildSpec(language=language, target_hardware=tuple(target_hardware),
@@ -349,8 +365,8 @@ class Correctness:
     extra: dict | None = None
 
     def to_json(self) -> dict:
-        return {"max_relative_error": self.max_relative_error,
-                "max_absolute_error": self.max_absolute_error, "extra": self.extra}
+        return {"max_relative_error": json_float(self.max_relative_error),
+                "max_absolute_error": json_float(self.max_absolute_error), "extra": self.extra}
 
 
 @dataclass(frozen=True)

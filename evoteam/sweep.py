@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evoteam.errors import EXIT_BAD_INPUT, UserError
+from evoteam.errors import UserError, exit_code_of
 from evoteam.families import DISPATCH_NAME, Champion, _assignment, apply_params, load_champion, set_literal
 from evoteam.harness.model import CPU_ROUNDS, TIMING_MODES, EvalRequest, TimingMode, geomean
 
@@ -310,11 +310,7 @@ def _var_axes(task_name: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except UserError as exc:
-        print(f"evoteam.sweep: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return exit_code_of("evoteam.sweep", lambda: run(args))
 
 
 def _read_sweeps(paths: list[Path]) -> list[dict]:

@@ -7,10 +7,13 @@ Each task is a folder `kernels/<name>/` (data, not an import package) holding:
   task.py           the task's own logic, module-level functions:
                       scaled_workloads(workloads, scale) -> list[Workload]
                           the workloads to run at a problem scale ("full" or "small"); "small" is a
-                          subset with a scaled-down problem for CPU runs (axes may be rewritten)
+                          subset with a scaled-down problem for CPU runs (axes rewritten, and the
+                          uuid then `scaled_uuid(published, scale)`)
                       make_inputs(workload, generator, device) -> dict[name, Tensor | scalar]
                           fresh random data from `generator` (a torch.Generator on `device`); index
                           structure deterministic per workload
+                      blob_tensors(workload) -> dict[name, Tensor]   the workload's safetensors inputs
+                          as it uses them (written by `python -m evoteam.export`)
                       min_bytes(workload, inputs) -> int   (optional) compulsory device-memory traffic
                       workload_group(workload) -> str      (optional) e.g. "batch64", for splitting work
                       TOLERANCES: dict[output name, Tolerance]   (optional per-output overrides)
@@ -35,6 +38,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import uuid as uuid_module
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -50,7 +54,8 @@ SCALES = ("full", "small")
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Element-wise |out - ref| <= atol + rtol * |ref|, plus ||out - ref|| / ||ref|| <= max_rel_norm."""
+    """Element-wise |out - ref| <= atol or |out - ref| <= rtol * (|ref| + 1e-8) (flashinfer-bench's rule),
+    plus ||out - ref|| / ||ref|| <= max_rel_norm."""
 
     atol: float
     rtol: float
@@ -98,6 +103,15 @@ class Task:
         if scale not in SCALES:
             raise ValueError(f"unknown problem scale {scale!r}; allowed: {', '.join(SCALES)}")
         return list(self.module.scaled_workloads(list(self.workloads), scale))
+
+    def blob_tensors(self, workload: Workload) -> dict[str, Any]:
+        """The tensors of the workload's safetensors inputs, as it uses them (what an export writes)."""
+        tensors = self.module.blob_tensors(workload) if hasattr(self.module, "blob_tensors") else {}
+        wanted = [n for n, spec in workload.inputs.items() if spec.type == "safetensors"]
+        missing = [n for n in wanted if n not in tensors]
+        if missing:
+            raise RuntimeError(f"task {self.name}: blob_tensors gave no {missing} for workload {workload.uuid}")
+        return {n: tensors[n] for n in wanted}
 
     def make_inputs(self, workload: Workload, generator: Any, device: Any) -> dict[str, Any]:
         inputs = self.module.make_inputs(workload, generator, device)
@@ -202,6 +216,12 @@ def load_task(name: str) -> Task:
     return load_task_folder(folder)
 
 
+def scaled_uuid(uuid: str, scale: str) -> str:
+    """A scaled-down workload's own identity, derived from the published one (a name-based UUID under
+    it), so that a published uuid always means the published axes."""
+    return uuid if scale == "full" else str(uuid_module.uuid5(uuid_module.UUID(uuid), f"evoteam-scale:{scale}"))
+
+
 def load_task_folder(folder: str | Path) -> Task:
     """A task from any folder laid out as described at the top of this module."""
     folder = Path(folder)
@@ -235,6 +255,8 @@ def select_workloads(all_workloads: list[Workload], wanted: list[str]) -> list[W
     chosen = []
     for prefix in wanted:
         matches = [w for w in all_workloads if w.uuid.startswith(prefix)]
+        if not matches:  # at a scaled problem, a published uuid selects the workload scaled from it
+            matches = [w for w in all_workloads if w.origin and w.origin.startswith(prefix)]
         if len(matches) != 1:
             what = "matches no workload" if not matches else f"matches {len(matches)} workloads"
             raise UserError(f"task.workloads entry {prefix!r} {what} at this scale; give a unique uuid prefix "

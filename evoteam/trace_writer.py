@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
-from evoteam.harness.model import WorkloadResult
+from evoteam.harness.model import Status, WorkloadResult
 from evoteam.schema import Correctness, Evaluation, Performance, Trace, Workload
 
-# flashinfer-bench knows fewer statuses than our checks tell apart; the log keeps ours.
-_STATUS = {
-    "PASSED": "PASSED",
-    "mismatch": "INCORRECT_NUMERICAL", "rel_norm": "INCORRECT_NUMERICAL", "nan_inf": "INCORRECT_NUMERICAL",
-    "unwritten": "INCORRECT_NUMERICAL", "input_modified": "INCORRECT_NUMERICAL",
-    "skipped_work": "INCORRECT_NUMERICAL",
-    "output_replaced": "INCORRECT_SHAPE",
-    "compile_error": "COMPILE_ERROR",
-    "timeout": "TIMEOUT",
+# flashinfer-bench knows fewer statuses than our checks tell apart; the log keeps ours. Every status
+# has its line (a test checks): a new one must say what flashinfer-bench would call it.
+TRACE_STATUS = {
+    Status.PASSED: "PASSED",
+    Status.REJECTED: "COMPILE_ERROR",  # refused before it was loaded, as a build that fails
+    Status.COMPILE_ERROR: "COMPILE_ERROR",
+    Status.EXCEPTION: "RUNTIME_ERROR",
+    Status.CRASH: "RUNTIME_ERROR",
+    Status.OUT_OF_MEMORY: "RUNTIME_ERROR",
+    Status.OUTPUT_REPLACED: "INCORRECT_SHAPE",
+    Status.INPUT_MODIFIED: "INCORRECT_NUMERICAL",  # checks flashinfer-bench does not make
+    Status.UNWRITTEN: "INCORRECT_NUMERICAL",
+    Status.NAN_INF: "INCORRECT_NUMERICAL",
+    Status.MISMATCH: "INCORRECT_NUMERICAL",
+    Status.REL_NORM: "INCORRECT_NUMERICAL",
+    Status.SKIPPED_WORK: "INCORRECT_NUMERICAL",
+    Status.TIMEOUT: "TIMEOUT",
+    Status.FLAGGED: "RUNTIME_ERROR",  # correct, but its time is not trusted: not a pass anywhere
+    Status.HARNESS_ERROR: "RUNTIME_ERROR",
 }
+
+
+def solution_name(task: str, source: str) -> str:
+    """A kernel's solution name: unique across tasks, the same for the same source in any run."""
+    return f"{task}_evoteam_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
 
 
 def libraries() -> dict[str, str]:
@@ -29,11 +45,13 @@ def libraries() -> dict[str, str]:
         libs["triton"] = triton.__version__
     except ImportError:
         pass
+    if getattr(torch.version, "cuda", None):
+        libs["cuda"] = torch.version.cuda
     return libs
 
 
 def to_trace(definition: str, workload: Workload, solution: str, result: WorkloadResult, hardware: str) -> Trace:
-    status = _STATUS.get(result.status, "RUNTIME_ERROR")
+    status = TRACE_STATUS[Status(result.status)]
     corr = result.correctness or {}
     correctness = None
     if status in ("PASSED", "INCORRECT_NUMERICAL"):
@@ -48,7 +66,8 @@ def to_trace(definition: str, workload: Workload, solution: str, result: Workloa
     log = f"{result.status}: {result.detail}"
     if result.timing_mode:
         log += f" | baseline {result.baseline}, timing {result.timing_mode}"
-    evaluation = Evaluation(status=status, environment={"hardware": hardware, "libs": libraries()},
+    # The device's own name where the judge recorded it (as flashinfer-bench writes it), else the target's
+    evaluation = Evaluation(status=status, environment={"hardware": result.device or hardware, "libs": libraries()},
                             timestamp=dt.datetime.now(dt.timezone.utc).isoformat(), log=log,
                             correctness=correctness, performance=performance)
     return Trace(definition=definition, workload=workload, solution=solution, evaluation=evaluation)

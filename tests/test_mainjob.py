@@ -125,7 +125,7 @@ def test_an_llm_team_runs_end_to_end_against_a_server_speaking_the_provider_prot
     system, user = requests[0]["messages"][0]["content"], requests[0]["messages"][1]["content"]
     for words in ("def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse)",
                   "- kpe_cache: bfloat16 [num_pages, page_size=1, head_dim_kpe=64]", "Outputs (preallocated",
-                  "- lse: float32 [batch_size, num_qo_heads=16]", "atol 0.01", "00cb2bc2", "Counted as cheating",
+                  "- lse: float32 [batch_size, num_qo_heads=16]", "atol 0.01", "2eac5b85", "Counted as cheating",
                   "## The reference implementation", "Triton kernels run under TRITON_INTERPRET=1"):
         assert words in system, words
     assert "Budget left:" in user and "2 of 2 evaluations" in user and "the task's seed kernel" in user
@@ -135,10 +135,28 @@ def test_an_llm_team_runs_end_to_end_against_a_server_speaking_the_provider_prot
     check = requests[1]["messages"][-1]["content"]
     assert check.startswith("check ") and ": mismatch" in check.splitlines()[0], check
     assert check.splitlines()[1].split()[:3] == ["workload", "shape", "status"], check  # the per-workload table
-    assert len(re.findall(r"expected -?[0-9.]+ ", check)) == 1 and "atol 0.01 + rtol 0.01" in check, check  # the checker
+    assert len(re.findall(r"expected -?[0-9.]+ ", check)) == 1 and "atol 0.01 and > rtol 0.01" in check, check  # the checker
     journal = [json.loads(line) for line in (tmp_path / "run" / "llm_journal.jsonl").read_text().splitlines()]
     assert len(journal) == 3
     attempts = [json.loads(a) for a in (tmp_path / "run" / "workspace" / "attempts.jsonl").read_text().splitlines()]
     assert [a["status"] for a in attempts] == ["mismatch", "PASSED"], attempts
     submitted = requests[2]["messages"][-1]["content"]  # the write_kernel result; the submit's is in the log
     assert submitted.startswith("written v1.py"), submitted
+
+
+def test_a_finished_run_exports_to_a_dataset_flashinfer_bench_loads(finished_run, tmp_path):
+    """Issue 21: every kernel the final traces name is a solution of the run (final/solutions), and the
+    export of the run loads in flashinfer-bench's own loader with nothing rejected."""
+    fib_data = pytest.importorskip("flashinfer_bench.data", reason="flashinfer-bench comes with `make test`")
+    from evoteam.export import main as export_main
+
+    run_dir, _ = finished_run
+    traces = [json.loads(line) for line in (run_dir / "final" / "traces.jsonl").read_text().splitlines()]
+    assert export_main([str(tmp_path / "ds"), "--run", str(run_dir)]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(tmp_path / "ds"))
+    (definition,) = trace_set.definitions
+    assert len(trace_set.traces[definition]) == len(traces) > 0
+    named = {t["solution"] for t in traces}
+    assert named == {s.name for s in trace_set.solutions[definition]}
+    assert all(name.startswith("mla_decode_evoteam_") for name in named)  # unique across tasks
+    assert {t.workload.uuid for t in trace_set.traces[definition]} <= {w.workload.uuid for w in trace_set.workloads[definition]}

@@ -21,13 +21,20 @@ Checks, in order, the first failure ends the check (`CheckFailure.check`, a `Sta
   unwritten        an output element still holds the poison pattern
   nan_inf          a NaN where the reference is not NaN, or an Inf where the reference is not
                    that same Inf (a reference -inf, e.g. the lse of an empty row, must be matched)
-  mismatch         |out - ref| > atol + rtol * |ref| for a finite reference element, or a finite
-                   candidate where the reference is +-inf or NaN
+  mismatch         |out - ref| > atol and |out - ref| > rtol * (|ref| + 1e-8) for a finite reference
+                   element (flashinfer-bench's rule, so what passes here passes there at the same
+                   tolerances), or a finite candidate where the reference is +-inf or NaN
   rel_norm         ||out - ref||_2 / ||ref||_2 > max_rel_norm over the finite reference elements
                    (not applied when the reference norm is zero: the element-wise bound governs)
 
 Tolerances come from `task.tolerance(output)`; integer and bool outputs without an override must
-match exactly. The comparison is done in float64, in chunks, on the outputs' device (CPU for
+match exactly. The recorded errors are flashinfer-bench's: max |out - ref| and max |out - ref| /
+(|ref| + 1e-8), Infinity when the output holds an Inf the reference does not, else NaN for a NaN.
+
+Deliberately more than flashinfer-bench checks: poisoned outputs (unwritten), inputs unchanged, the
+relative norm, fresh inputs per trial and per timed call. Deliberately different: a non-finite output
+equal to the reference's (the lse of an empty request is -inf) passes; flashinfer-bench fails any
+non-finite output. The comparison is done in float64, in chunks, on the outputs' device (CPU for
 devices without float64), so outputs of hundreds of MB are cheap to check.
 """
 
@@ -42,7 +49,7 @@ from typing import Any
 
 import torch
 
-from evoteam.schema import Correctness, Workload
+from evoteam.schema import Correctness, Workload, json_float
 from evoteam.task import Task, Tolerance
 
 MIN_TRIALS = 3
@@ -91,6 +98,7 @@ POISON_BITS: dict[torch.dtype, int] = {
 # Elements compared per chunk: cache-sized float64 temporaries on a CPU (several times faster
 # than large ones), large ones on an accelerator (fewer host synchronizations).
 CPU_CHUNK_ELEMENTS = 1 << 18
+REL_EPS = 1e-8  # flashinfer-bench's: relative error = |out - ref| / (|ref| + 1e-8)
 DEVICE_CHUNK_ELEMENTS = 1 << 24
 
 
@@ -119,10 +127,6 @@ def _poison_value(dtype: torch.dtype) -> int:
     size = torch.empty((), dtype=dtype).element_size()
     bits = POISON_BITS[dtype]
     return bits if size == 1 else _signed(bits, 8 * size)  # uint8 view for 1-byte types
-
-
-def _json_float(x: float) -> float | str:
-    return x if math.isfinite(x) else str(x)
 
 
 def _fmt_index(name: str, index: tuple[int, ...] | None) -> str:
@@ -184,9 +188,9 @@ class OutputError:
         self.rel_norm = max(self.rel_norm, other.rel_norm)
 
     def to_json(self) -> dict:
-        return {"max_absolute_error": _json_float(self.max_absolute_error),
-                "max_relative_error": _json_float(self.max_relative_error),
-                "rel_norm": _json_float(self.rel_norm)}
+        return {"max_absolute_error": json_float(self.max_absolute_error),
+                "max_relative_error": json_float(self.max_relative_error),
+                "rel_norm": json_float(self.rel_norm)}
 
     @classmethod
     def from_json(cls, obj: dict) -> OutputError:
@@ -236,8 +240,8 @@ class CheckResult:
             max_relative_error=max((e.max_relative_error for e in self.errors.values()), default=0.0),
             max_absolute_error=max((e.max_absolute_error for e in self.errors.values()), default=0.0),
             extra={
-                "max_rel_norm": _json_float(max_rel_norm),
-                "rel_norm": {k: _json_float(v.rel_norm) for k, v in self.errors.items()},
+                "max_rel_norm": json_float(max_rel_norm),
+                "rel_norm": {k: json_float(v.rel_norm) for k, v in self.errors.items()},
                 "outputs": {k: v.to_json() for k, v in self.errors.items()},
                 "trials": self.trials,
                 "base_seed": self.base_seed,
@@ -322,6 +326,7 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
     ref_flat = ref.reshape(-1)
     found = {"unwritten": _Found(), "nan_inf": _Found(), "mismatch": _Found()}
     max_abs = max_rel = diff_sq = ref_sq = 0.0
+    bad_infs = 0
     n = out_flat.numel()
     chunk = CPU_CHUNK_ELEMENTS if dev.type == "cpu" else DEVICE_CHUNK_ELEMENTS
     for start in range(0, n, chunk):
@@ -340,24 +345,26 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
         r_abs = r.abs()
         both = torch.isfinite(d)
         if bool(both.all()):  # the common case, with fewer passes over the chunk
-            nan_inf = torch.zeros_like(both)
-            mismatch = d > r_abs.mul(tol.rtol).add_(tol.atol)
+            nan_inf = bad_inf = torch.zeros_like(both)
+            rel = d / (r_abs + REL_EPS)
+            mismatch = (d > tol.atol) & (rel > tol.rtol)
         else:
             r_fin, o_fin = torch.isfinite(r), torch.isfinite(o)
-            nan_inf = (torch.isnan(o) & ~torch.isnan(r)) | (torch.isinf(o) & (o != r))
+            bad_inf = torch.isinf(o) & (o != r)
+            nan_inf = (torch.isnan(o) & ~torch.isnan(r)) | bad_inf
             d.masked_fill_(~both, 0.0)
             r_abs.masked_fill_(~r_fin, 0.0)
-            mismatch = (both & (d > r_abs.mul(tol.rtol).add_(tol.atol))) | (~r_fin & o_fin)
-        rel = d / r_abs
-        rel.masked_fill_(r_abs == 0, 0.0)
+            rel = d / (r_abs + REL_EPS)
+            mismatch = (both & (d > tol.atol) & (rel > tol.rtol)) | (~r_fin & o_fin)
         masks = {"unwritten": unwritten, "nan_inf": nan_inf, "mismatch": mismatch}
         # One device-to-host transfer per chunk.
         stats = torch.stack([unwritten.sum(dtype=torch.float64), nan_inf.sum(dtype=torch.float64),
                              mismatch.sum(dtype=torch.float64), d.max(), rel.max(),
-                             (d * d).sum(), (r_abs * r_abs).sum()]).tolist()
+                             (d * d).sum(), (r_abs * r_abs).sum(), bad_inf.sum(dtype=torch.float64)]).tolist()
         max_abs, max_rel = max(max_abs, stats[3]), max(max_rel, stats[4])
         diff_sq += stats[5]
         ref_sq += stats[6]
+        bad_infs += int(stats[7])
         for (key, mask), count in zip(masks.items(), stats[:3]):
             f = found[key]
             if count and f.flat is None:
@@ -368,6 +375,8 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
             f.count += int(count)
     ref_norm, diff_norm = math.sqrt(ref_sq), math.sqrt(diff_sq)
     rel_norm = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
+    if found["nan_inf"].count:  # recorded as flashinfer-bench records them: Inf first, else NaN
+        max_abs = max_rel = math.inf if bad_infs else math.nan
     errors = OutputError(max_absolute_error=max_abs, max_relative_error=max_rel, rel_norm=rel_norm)
 
     f = found["unwritten"]
@@ -384,11 +393,10 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
     f = found["mismatch"]
     if f.count:
         index = _unravel(f.flat, shape)
-        bound = tol.atol + tol.rtol * abs(f.expected) if math.isfinite(f.expected) else 0.0
         err = abs(f.seen - f.expected) if math.isfinite(f.expected) else math.inf
         return CheckFailure("mismatch", name, trial, index, f.count,
                             f"{_fmt_index(name, index)} = {f.seen:.6g}, expected {f.expected:.6g} "
-                            f"(|err| {err:.3g} > {bound:.3g} = atol {tol.atol:g} + rtol {tol.rtol:g} * |ref|)"
+                            f"(|err| {err:.3g} > atol {tol.atol:g} and > rtol {tol.rtol:g} * |ref|)"
                             f"{_more(f.count, 'out of tolerance') if f.count > 1 else ''}"
                             f"; max |err| {max_abs:.3g}"), errors
     if ref_norm > 0 and rel_norm > tol.max_rel_norm:

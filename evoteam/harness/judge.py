@@ -49,6 +49,7 @@ from evoteam.hardware import HardwareSpec
 from evoteam.harness import scan, scratch
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.calls import CallSets
+from evoteam.harness.candidate import Candidate, CandidateError
 from evoteam.harness.check import CheckResult, OutputError
 from evoteam.harness.model import EvalRequest, EvalResult, Status, TimingMode, WorkloadResult
 from evoteam.harness.runners import RunnerFault, RunnerHandle
@@ -120,11 +121,13 @@ class Judge:
         # A CPU target times on one CPU: the judge's flush and both runners' calls all run there (a cpuset
         # holds the runners), so no call finds its data in another core's private cache. Unpinned, the same
         # kernel measured 1.06x in one CI run and 1.45x in another; pinned, within 4% under a busy neighbour.
-        self.cpus = None if hw.is_gpu else frozenset({max(os.sched_getaffinity(0))})
+        self.cpu_lock = None  # CPU targets: (the CPU this evaluation times on, its lock), held during run()
+        self.cpus: frozenset[int] | None = None
         self.flusher = None
-        if self.cpus:  # numpy's fill runs on the calling thread alone (torch's would use its thread pool)
+        if not hw.is_gpu:  # numpy's fill runs on the calling thread alone (torch's would use its thread pool)
             self.flusher = numpy.empty(2 * _last_level_cache_bytes(), dtype=numpy.uint8)
         self.last_wall_ms = math.nan  # the host clock of the last CPU call (beside its CPU time)
+        self.device_name = _device_name(self.device)
         if hw.is_gpu:
             torch.cuda.init()
             torch.empty(1, device=self.device)
@@ -144,15 +147,21 @@ class Judge:
             raise ValueError(f"workloads not in task {task.name} at scale {request.scale}: {unknown}")
         results: list[WorkloadResult] = []
         unusable: CandidateUnusable | None = None
-        source = Path(request.solution).read_text()
-        self.own_kernels = scan.jit_function_names(source) if _parses(source) else []
-        if request.static_scan:
-            violations = scan.scan_source(source, Path(request.solution).name)
-            if violations:
+        try:
+            self.cand = Candidate.from_path(request.solution, request.entry)
+        except CandidateError as exc:
+            self.cand, unusable = None, CandidateUnusable(Status.COMPILE_ERROR, str(exc))
+        # The scan reads Python (a filter, not the guarantee: C++ and CUDA sources get the same sandbox)
+        for name, source in (self.cand.python_sources() if self.cand else {}).items():
+            self.own_kernels += scan.jit_function_names(source) if _parses(source) else []
+            violations = scan.scan_source(source, name) if request.static_scan else []
+            if violations and unusable is None:
                 unusable = CandidateUnusable(Status.REJECTED, "; ".join(str(v) for v in violations[:5]))
         affinity, threads = os.sched_getaffinity(0), torch.get_num_threads()
         try:
-            if self.cpus:  # this thread flushes on the CPU where the runners run, and the judge's own
+            if not self.hw.is_gpu:
+                self.cpu_lock = _claim_cpu()
+                self.cpus = frozenset({self.cpu_lock[0]})  # this thread flushes on the CPU where the runners run, and the judge's own
                 os.sched_setaffinity(0, self.cpus)  # torch work stays on it (pool threads spinning there
                 torch.set_num_threads(1)  # beside a runner made an evaluation 6x slower)
             for n, uuid in enumerate(uuids):
@@ -176,12 +185,16 @@ class Judge:
                                                        f"{str(exc).splitlines()[0] if str(exc) else ''}")
                 if unusable is not None:
                     result = WorkloadResult(uuid=uuid, status=unusable.status, detail=unusable.detail)
+                result.device = self.device_name
                 results.append(result)
                 self.on_result(result)
         finally:
             self.logs.append("judge time by phase: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.phase_s.items()))
             self._close_runners()
             shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.cpu_lock is not None:
+                self.cpu_lock[1].close()  # the CPU is free for the next evaluation
+                self.cpu_lock = None
             os.sched_setaffinity(0, affinity)
             torch.set_num_threads(threads)
         return EvalResult(results=results, restarts=self.restarts, log_tail="\n".join(self.logs)[-16000:],
@@ -219,10 +232,9 @@ class Judge:
         workdir = self.workdir / f"{kind}-{self.restarts}-{time.monotonic_ns()}"
         workdir.mkdir()
         if kind == "candidate":
-            source = Path(self.request.solution).resolve()
-            digest = hashlib.sha256(source.read_bytes()).hexdigest()[:24]
-            cache = self.cache_root / "candidates" / digest  # compiled kernels of this exact source only
-            spec = self._spec(False, workdir, cache, source)
+            sources = self.cand.write(self.workdir / "candidate")  # seen read-only at /candidate
+            cache = self.cache_root / "candidates" / self.cand.digest  # compiled kernels of these sources only
+            spec = self._spec(False, workdir, cache, sources)
         else:
             cache = self.cache_root / "baseline"
             spec = self._spec(True, workdir, cache, None)
@@ -240,10 +252,8 @@ class Judge:
         if self.candidate is None:
             handle = self._start("candidate")
             self.sandbox_record = {**handle.record, "threads": int(self.threads())}
-            path = f"/candidate/{Path(self.request.solution).name}" if handle.record.get("tool") else \
-                str(Path(self.request.solution).resolve())
-            reply = handle.ask({"op": "load", "kind": "candidate", "path": path, "entry": self.request.entry},
-                               LOAD_TIMEOUT_S)
+            root = "/candidate" if handle.record.get("tool") else str(self.workdir / "candidate")
+            reply = handle.ask(self.cand.load_message(root), LOAD_TIMEOUT_S)
             if not reply.get("ok"):
                 handle.close()
                 raise CandidateUnusable(Status(reply.get("status", "compile_error")), reply.get("detail", ""))
@@ -512,6 +522,7 @@ class Judge:
         result.timing_mode = label_mode
         result.baseline_ms, result.candidate_ms, result.candidate_repeat_ms = (
             figures["baseline"][0], figures["candidate"][0], figures["candidate_repeat"][0])
+        result.paired_speedup = figures.pop("paired", None)
         result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
         result.spread["calls_per_batch"] = n
         if mode is TimingMode.graph:
@@ -625,6 +636,10 @@ class Judge:
             cand.process.freeze(False)
         out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()
                if side != "null"}
+        if mode is TimingMode.cputime and cached is None:
+            ratios = [b / c for b, c in zip(samples["baseline"], samples["candidate"]) if b > 0 and c > 0]
+            if ratios:
+                out["paired"] = _median(ratios)
         if mode is TimingMode.cputime and samples["candidate"]:
             # CPU time counts work wherever the runner does it; a call that mostly waits did its work
             # somewhere CPU time does not see. Legitimate work on a single thread takes about its CPU time.
@@ -660,6 +675,41 @@ class Judge:
             foreign = scan.foreign_kernels(self.kernel_names, self.own_kernels)
             if foreign:
                 result.flags.append(f"baseline_kernels: {', '.join(sorted(set(foreign))[:3])}")
+
+
+def _claim_cpu() -> tuple[int, object]:
+    """A CPU of this process's set for one evaluation's timing, the highest one no other evaluation on
+    this machine holds (a lock file per CPU, released when the evaluation ends or its process dies):
+    two evaluations timed on one CPU would each pollute the other's caches. When every CPU is held,
+    the highest is shared."""
+    import fcntl
+    import tempfile
+
+    cpus = sorted(os.sched_getaffinity(0), reverse=True)
+    for cpu in cpus:
+        path = Path(tempfile.gettempdir()) / f"evoteam-timing-cpu{cpu}.lock"
+        handle = open(path, "a")  # noqa: SIM115 - held for the evaluation's life
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return cpu, handle
+        except OSError:
+            handle.close()
+    return cpus[0], open(os.devnull)  # noqa: SIM115
+
+
+def _device_name(device: str) -> str:
+    """The device as flashinfer-bench's traces name it: the GPU's name, else the CPU's model name."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "CPU"
 
 
 def _last_level_cache_bytes() -> int:

@@ -25,7 +25,7 @@ class Status(str, Enum):
     INPUT_MODIFIED = "input_modified"  # an input differs, bit for bit, from what was given
     UNWRITTEN = "unwritten"  # an output element still holds the poison pattern
     NAN_INF = "nan_inf"  # NaN or Inf where the reference has a finite value
-    MISMATCH = "mismatch"  # outside atol + rtol * |ref|
+    MISMATCH = "mismatch"  # |out - ref| > atol and > rtol * (|ref| + 1e-8)
     REL_NORM = "rel_norm"  # relative L2 error over the bound
     SKIPPED_WORK = "skipped_work"  # a timed call's output is wrong, or was written after the end mark
     TIMEOUT = "timeout"  # no answer within the time limit; the sandbox was killed
@@ -134,6 +134,10 @@ class WorkloadResult:
     correctness: dict = field(default_factory=dict)
     calls_checked: int = 0  # calls whose every output element was compared with the reference
     calls_timed: int = 0
+    device: str = ""  # the device it ran on, named as flashinfer-bench names it ("NVIDIA H200", a CPU's model)
+    # CPU targets: the median over rounds of baseline / candidate within each round (the two sides timed
+    # moments apart), the speedup reported there; the machine's slow and fast spells then cancel.
+    paired_speedup: float | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -142,7 +146,7 @@ class WorkloadResult:
     def speedup(self) -> float | None:
         if self.status is not Status.PASSED or not self.baseline_ms or not self.candidate_ms:
             return None
-        return self.baseline_ms / self.candidate_ms
+        return self.paired_speedup or self.baseline_ms / self.candidate_ms
 
     @property
     def noise(self) -> float | None:

@@ -265,7 +265,7 @@ class SandboxSpec:
 
     scratch: Path  # host folder, mounted writable at /scratch
     cache: Path | None  # host folder, mounted writable at /cache (compiled kernels of this source)
-    candidate: Path | None  # host file, mounted read-only at /candidate/<name>
+    candidate: Path | None  # host folder of the candidate's sources, mounted read-only at /candidate
     device: str  # "cpu" or "cuda:N"
     memory_bytes: int
     max_pids: int
@@ -374,7 +374,7 @@ def bwrap_command(bwrap: str, spec: SandboxSpec) -> list[str]:
     if spec.cache is not None:
         args += ["--bind", str(spec.cache), "/cache"]
     if spec.candidate is not None:
-        args += ["--ro-bind", str(spec.candidate), f"/candidate/{spec.candidate.name}"]
+        args += ["--ro-bind", str(spec.candidate), "/candidate"]
     # The sandbox's own root (where bubblewrap made the mount points) read-only too: what is writable is
     # exactly /scratch, /cache, /tmp (in memory) and /dev/shm.
     args += ["--remount-ro", "/", "--chdir", "/scratch", "--clearenv"]

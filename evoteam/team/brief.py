@@ -73,7 +73,7 @@ def correctness_rule(task: Task) -> str:
     tols = "; ".join(f"{n}: atol {t.atol:g}, rtol {t.rtol:g}, relative L2 error at most {t.max_rel_norm:g}"
                      for n, t in ((n, task.tolerance(n)) for n in task.definition.outputs))
     return ("Every call gets fresh random inputs (a new secret seed per evaluation); every element of every "
-            "output is compared with the reference: |out - ref| <= atol + rtol * |ref|; NaN or Inf where the "
+            "output is compared with the reference: |out - ref| <= atol or |out - ref| <= rtol * (|ref| + 1e-8) (flashinfer-bench's rule); NaN or Inf where the "
             f"reference is finite fails, and so does an element left unwritten. Tolerances: {tols}.")
 
 

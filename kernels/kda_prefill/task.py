@@ -4,22 +4,21 @@ Sequence lengths: each workload's cu_seqlens input is {"type": "safetensors", "p
 "cu_seqlens.safetensors", "tensor_key": <workload name>}, the path relative to this folder; the
 file holds int32 cu_seqlens per workload, written by make_workloads.py. The problem scale "small"
 rewrites the workloads that have a "small/<name>" entry in that file to num_heads 2 and those
-(<= 256-token) lengths, keeping their uuids.
+(<= 256-token) lengths, each with a uuid of its own derived from the published one.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import struct
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
 import torch
 
+from evoteam.blobs import read_safetensors
 from evoteam.schema import InputSpec, Workload
-from evoteam.task import DTYPE_TOLERANCES, Tolerance
+from evoteam.task import DTYPE_TOLERANCES, Tolerance, scaled_uuid
 
 FOLDER = Path(__file__).resolve().parent
 HEAD_DIM_K = 128
@@ -48,24 +47,9 @@ LATE_INPUTS = ("beta_logits",)
 
 # ----------------------------------------------------------------------------- cu_seqlens file
 
-_SAFETENSORS_DTYPES = {"I32": torch.int32, "I64": torch.int64}
-
-
 @cache
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Integer tensors of a .safetensors file (u64 header size, JSON header, raw little-endian data)."""
-    raw = path.read_bytes()
-    (size,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + size])
-    data = raw[8 + size:]
-    out = {}
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        dtype = _SAFETENSORS_DTYPES[info["dtype"]]
-        out[key] = torch.frombuffer(bytearray(data[begin:end]), dtype=dtype).reshape(info["shape"])
-    return out
+    return read_safetensors(path)
 
 
 def _cu_seqlens_spec(workload: Workload) -> InputSpec:
@@ -105,8 +89,12 @@ def scaled_workloads(workloads: list[Workload], scale: str) -> list[Workload]:
         axes = {**w.axes, "total_seq_len": int(cu[-1]), "num_heads": SMALL_NUM_HEADS,
                 "num_seqs": n, "len_cu_seqlens": n + 1}
         inputs = {**w.inputs, "cu_seqlens": replace(spec, tensor_key=key)}
-        out.append(Workload(axes=axes, inputs=inputs, uuid=w.uuid))
+        out.append(Workload(axes=axes, inputs=inputs, uuid=scaled_uuid(w.uuid, scale), origin=w.uuid))
     return out
+
+
+def blob_tensors(workload: Workload) -> dict[str, torch.Tensor]:
+    return {"cu_seqlens": cu_seqlens_of(workload)}
 
 
 def _scalar(workload: Workload, name: str):

@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from evoteam.task import Tolerance
+from evoteam.task import Tolerance, scaled_uuid
 
 NUM_QO_HEADS = 16
 HEAD_DIM_CKV = 512
@@ -52,7 +52,7 @@ LATE_INPUTS = ("kv_indices",)
 
 def scaled_workloads(workloads, scale):
     """`full`: every workload as it is. `small`: the two smallest batch-1 and the two smallest
-    batch-16 workloads, with num_pages rewritten to SMALL_NUM_PAGES (uuid kept)."""
+    batch-16 workloads, with num_pages rewritten to SMALL_NUM_PAGES (and so a uuid of their own)."""
     if scale == "full":
         return list(workloads)
     if scale != "small":
@@ -63,7 +63,8 @@ def scaled_workloads(workloads, scale):
                 if w.axes["batch_size"] == batch_size and w.axes["num_kv_indices"] <= SMALL_NUM_PAGES]
         fits.sort(key=lambda w: (w.axes["num_kv_indices"], w.uuid))
         picked.extend(fits[:count])
-    return [dataclasses.replace(w, axes={**w.axes, "num_pages": SMALL_NUM_PAGES}) for w in picked]
+    return [dataclasses.replace(w, uuid=scaled_uuid(w.uuid, scale), origin=w.uuid, axes={**w.axes, "num_pages": SMALL_NUM_PAGES})
+            for w in picked]
 
 
 # --------------------------------------------------------------------------- index synthesis
@@ -116,9 +117,17 @@ def _kv_layout(uuid: str, batch_size: int, num_kv_indices: int, num_pages: int) 
 
 def kv_layout(workload) -> tuple[np.ndarray, np.ndarray]:
     """The synthesized (kv_indptr [batch_size+1], kv_indices [num_kv_indices]) of a workload, as
-    read-only int32 numpy arrays (cached). Depends only on uuid, batch_size, num_kv_indices, num_pages."""
-    a = workload.axes
-    return _kv_layout(workload.uuid, int(a["batch_size"]), int(a["num_kv_indices"]), int(a["num_pages"]))
+    read-only int32 numpy arrays (cached). Depends only on the (published) uuid, batch_size, num_kv_indices
+    and num_pages."""
+    a = workload.axes  # a scaled-down workload is seeded by the published uuid it was made from
+    return _kv_layout(workload.origin or workload.uuid, int(a["batch_size"]), int(a["num_kv_indices"]),
+                      int(a["num_pages"]))
+
+
+def blob_tensors(workload):
+    """kv_indptr and kv_indices as this task synthesizes them (the published index files are not carried)."""
+    kv_indptr, kv_indices = kv_layout(workload)
+    return {"kv_indptr": torch.from_numpy(np.array(kv_indptr)), "kv_indices": torch.from_numpy(np.array(kv_indices))}
 
 
 # --------------------------------------------------------------------------- inputs

@@ -1,0 +1,107 @@
+"""What a candidate is: evoteam's own form, one Python file, or a FlashInfer-Trace Solution (a JSON
+file) in any language the runner builds: Python, Triton, C++ and CUDA (torch's extension loader, the
+machine's compiler, inside the sandbox).
+
+The judge writes the sources into a folder the runner sees read-only at /candidate; the runner loads
+or compiles them there (compiled artefacts go to its cache folder, which is keyed by `digest`, so the
+same sources compile once). Calling conventions: a bare Python file is called with keywords,
+`entry(**inputs, **outputs)` (evoteam's brief); a Solution positionally, inputs then outputs in the
+definition's order (flashinfer-bench's destination-passing convention).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from evoteam.schema import Solution
+
+LOADED = ("python", "triton")  # imported as Python
+COMPILED = ("cpp", "cuda")  # built with torch.utils.cpp_extension (binding "torch")
+COMPILED_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+SOURCE_MTIME = 946684800  # 2000-01-01
+
+
+class CandidateError(ValueError):
+    """The candidate cannot be run as given (recorded as a compile error, with this message)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    solution: Solution
+    keywords: bool  # called with keywords (a bare Python file) or positionally (a Solution)
+
+    @classmethod
+    def from_path(cls, path: str | Path, entry: str = "run") -> Candidate:
+        path = Path(path)
+        if path.suffix != ".json":
+            return cls(Solution.from_file(path, definition="", language="triton", entry=entry), keywords=True)
+        try:
+            solution = Solution.from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CandidateError(f"{path.name} is not a FlashInfer-Trace solution: {exc}") from None
+        spec = solution.spec
+        if spec.language not in LOADED + COMPILED:
+            raise CandidateError(f"solution {solution.name}: language {spec.language!r} is not built here; "
+                                 f"supported: {', '.join(LOADED + COMPILED)}")
+        if spec.language in COMPILED and (spec.binding or "tvm-ffi") != "torch":
+            raise CandidateError(f"solution {solution.name}: binding {spec.binding or 'tvm-ffi (the default)'!r} is "
+                                 f"not built here; give \"binding\": \"torch\" (torch's C++/CUDA extension loader)")
+        if not spec.destination_passing_style:
+            raise CandidateError(f"solution {solution.name}: only destination-passing solutions are run (outputs are "
+                                 f"the judge's buffers); set destination_passing_style true and write into them")
+        for source in solution.sources:
+            p = Path(source.path)
+            if p.is_absolute() or ".." in p.parts:
+                raise CandidateError(f"solution {solution.name}: source path {source.path!r} leaves its folder")
+        return cls(solution, keywords=False)
+
+    @property
+    def language(self) -> str:
+        return self.solution.spec.language
+
+    @property
+    def entry_file(self) -> str:
+        return self.solution.spec.entry_point.split("::", 1)[0]
+
+    @property
+    def symbol(self) -> str:
+        return self.solution.spec.entry_point.split("::", 1)[1]
+
+    @property
+    def digest(self) -> str:
+        """Everything that decides what the runner builds: language, entry point, every source."""
+        blob = json.dumps([self.language, self.solution.spec.entry_point, self.keywords,
+                           sorted((s.path, s.content) for s in self.solution.sources)])
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    def python_sources(self) -> dict[str, str]:
+        return {s.path: s.content for s in self.solution.sources if s.path.endswith(".py")}
+
+    def compiled_sources(self) -> list[str]:
+        return [s.path for s in self.solution.sources if s.path.endswith(COMPILED_SUFFIXES)]
+
+    def write(self, folder: Path) -> Path:
+        """The sources under `folder` (readable by the sandbox's user); returns the folder."""
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o755)
+        for source in self.solution.sources:
+            target = folder / source.path
+            for parent in reversed(target.relative_to(folder).parents):
+                (folder / parent).mkdir(exist_ok=True)
+                (folder / parent).chmod(0o755)
+            target.write_text(source.content)
+            target.chmod(0o644)
+            # A fixed time: the build tool then finds the cached objects (keyed by these exact sources)
+            # newer than the sources written again for the next evaluation, and builds nothing.
+            os.utime(target, (SOURCE_MTIME, SOURCE_MTIME))
+        return folder
+
+    def load_message(self, root: str) -> dict:
+        """The runner's load request, the sources under `root` as the runner sees them."""
+        return {"op": "load", "kind": "candidate", "path": f"{root}/{self.entry_file}", "entry": self.symbol,
+                "language": self.language, "root": root, "compile": self.compiled_sources(),
+                "name": f"candidate_{self.digest}", "keywords": self.keywords}
