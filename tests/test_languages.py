@@ -10,12 +10,13 @@ import time
 
 import pytest
 
-from conftest import REPO
 from evoteam.harness.executor import evaluate
 from evoteam.harness.model import EvalRequest, Status
 from evoteam.schema import BuildSpec, Solution, SourceFile
 from evoteam.task import load_task
 from evoteam.trace_writer import TRACE_STATUS
+
+from conftest import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                                 reason="needs a C++ compiler (Debian's g++)")
