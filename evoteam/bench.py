@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evoteam.dataset import is_dataset_task
     from evoteam.harness.executor import evaluate
     from evoteam.harness.model import EvalRequest
     from evoteam.task import available_tasks, load_task, select_workloads, shape_label
@@ -95,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
     solution = Path(args.solution)
     if not solution.is_file():
         raise UserError(f"solution file {solution} does not exist; give the path of a Python file or a solution JSON")
-    if args.task not in available_tasks():
-        raise UserError(f"--task {args.task} is not a known task; allowed: {', '.join(available_tasks())}")
+    if args.task not in available_tasks() and not is_dataset_task(args.task):
+        raise UserError(f"--task {args.task} is not a known task; allowed: {', '.join(available_tasks())}, or "
+                        f"<flashinfer-bench dataset folder>::<definition>")
     if args.trials < 3:
         raise UserError(f"--trials {args.trials} is too few; the checker needs at least 3")
     hw = hardware.resolve(args.hardware, remote=args.executor == "docker")

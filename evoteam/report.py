@@ -38,7 +38,8 @@ def summarize(results: list[WorkloadResult]) -> Summary:
                    max_noise=max(noises) if noises else None)
 
 
-CPU_NOTE = ("CPU figures: each side's single-threaded CPU time per call, kernels under the Triton interpreter, "
+CPU_NOTE = ("CPU figures: each side's single-threaded CPU time per call on one CPU, the speedup the median of "
+            "per-round ratios (re-measured within about 10%), kernels under the Triton interpreter, "
             "a small problem scale; they test the platform's flow and rank nothing about GPU performance")
 
 

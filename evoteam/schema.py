@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 DTYPES = (
-    "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "float4_e2m1",
+    "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1",  # flashinfer-bench's names
     "int64", "int32", "int16", "int8", "bool",
 )
 

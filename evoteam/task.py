@@ -48,27 +48,9 @@ from typing import Any
 from evoteam import resources
 from evoteam.errors import UserError
 from evoteam.schema import Definition, Trace, Workload, read_jsonl
+from evoteam.tolerance import DTYPE_TOLERANCES, Tolerance  # noqa: F401 - part of the task contract
 
 SCALES = ("full", "small")
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Element-wise |out - ref| <= atol or |out - ref| <= rtol * (|ref| + 1e-8) (flashinfer-bench's rule),
-    plus ||out - ref|| / ||ref|| <= max_rel_norm."""
-
-    atol: float
-    rtol: float
-    max_rel_norm: float
-
-
-# Defaults by output dtype. bf16 follows flashinfer-bench (atol = rtol = 1e-2); the relative-norm
-# bound catches an output that is wrong everywhere by a little less than the element-wise bound.
-DTYPE_TOLERANCES = {
-    "bfloat16": Tolerance(atol=1e-2, rtol=1e-2, max_rel_norm=1e-2),
-    "float16": Tolerance(atol=1e-3, rtol=1e-3, max_rel_norm=2e-3),
-    "float32": Tolerance(atol=1e-4, rtol=1e-4, max_rel_norm=1e-4),
-}
 
 
 def load_module_from_path(path: Path, name: str | None = None) -> ModuleType:
@@ -209,7 +191,12 @@ class Task:
 
 @cache
 def load_task(name: str) -> Task:
-    """The task `kernels/<name>/` of this installation."""
+    """The task `kernels/<name>/` of this installation, or a definition of a flashinfer-bench dataset
+    folder named `<folder>::<definition>` (evoteam.dataset)."""
+    from evoteam import dataset
+
+    if dataset.is_dataset_task(name):
+        return Task(name=name, **dataset.load_parts(name))
     folder = resources.kernels_dir() / name
     if not (folder / "definition.json").is_file():
         raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}")

@@ -90,3 +90,57 @@ def test_a_bench_output_exports_with_its_solution_and_loads(tmp_path):
     assert load_traces(traces)[0].workload.inputs["kv_indices"].path != trace_set.traces[name][0].workload.inputs[
         "kv_indices"].path
     json.loads((out / "definitions" / mla.definition.op_type / f"{name}.json").read_text())
+
+
+FP8_DEFINITION = {
+    "name": "scale_fp8_n", "op_type": "toy", "description": "y = 2 x, x in float8_e4m3fn",
+    "axes": {"n": {"type": "var"}}, "inputs": {"x": {"shape": ["n"], "dtype": "float8_e4m3fn"},
+                                                "offsets": {"shape": ["n"], "dtype": "int32"}},
+    "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+    "reference": "import torch\n\ndef run(x, offsets):\n    return x.float() * 2 + offsets.float()\n",
+}
+FP8_SOLUTION = {
+    "name": "scale_fp8_torch", "definition": "scale_fp8_n", "author": "tests",
+    "spec": {"language": "python", "target_hardware": ["cpu"], "entry_point": "main.py::run",
+             "destination_passing_style": True},
+    "sources": [{"path": "main.py", "content": "import torch\n\n\ndef run(x, offsets, y):\n"
+                                               "    y.copy_(x.float() * 2 + offsets.float())\n"}],
+}
+
+
+def test_a_flashinfer_bench_dataset_runs_in_evoteam_with_its_dtypes_blobs_and_solutions(tmp_path):
+    """Import: a dataset folder as flashinfer-bench lays it out (a float8_e4m3fn input, an index input
+    from a blob, a Python solution) loads in its loader and runs in evoteam's harness; so does an
+    exported evoteam task with a solution added."""
+    from evoteam.blobs import write_safetensors
+    from evoteam.run_dataset import main as run_dataset
+
+    root = tmp_path / "fib"
+    (root / "definitions" / "toy").mkdir(parents=True)
+    (root / "definitions" / "toy" / "scale_fp8_n.json").write_text(json.dumps(FP8_DEFINITION))
+    write_safetensors(root / "blob" / "w1.safetensors", {"offsets": torch.arange(300, dtype=torch.int32)})
+    workload = {"axes": {"n": 300}, "uuid": "7f0c1a52-0000-4000-8000-000000000001",
+                "inputs": {"x": {"type": "random"},
+                           "offsets": {"type": "safetensors", "path": "./blob/w1.safetensors", "tensor_key": "offsets"}}}
+    (root / "workloads" / "toy").mkdir(parents=True)
+    (root / "workloads" / "toy" / "scale_fp8_n.jsonl").write_text(json.dumps(
+        {"definition": "scale_fp8_n", "workload": workload, "solution": None, "evaluation": None}) + "\n")
+    (root / "solutions" / "toy").mkdir(parents=True)
+    (root / "solutions" / "toy" / "scale_fp8_torch.json").write_text(json.dumps(FP8_SOLUTION))
+    wrong = {**FP8_SOLUTION, "name": "scale_fp8_wrong", "sources": [
+        {"path": "main.py", "content": "def run(x, offsets, y):\n    y.copy_(x.float() * 2)\n"}]}
+    (root / "solutions" / "toy" / "scale_fp8_wrong.json").write_text(json.dumps(wrong))
+    assert set(fib_data.TraceSet.from_path(str(root)).definitions) == {"scale_fp8_n"}  # theirs loads it
+    mla = load_task("mla_decode")
+    assert export_main([str(root), "--task", "mla_decode", "--scale", "small"]) == 0
+    solution = {**FP8_SOLUTION, "name": "mla_torch_solution", "definition": mla.definition.name,
+                "spec": {**FP8_SOLUTION["spec"], "entry_point": "mla_torch.py::run"},
+                "sources": [{"path": "mla_torch.py", "content": CANDIDATE.read_text()}]}
+    (root / "solutions" / "mla.json").write_text(json.dumps(solution))
+    traces = tmp_path / "traces.jsonl"
+    assert run_dataset([str(root), "--hardware", "cpu", "--traces", str(traces), "--warmup", "0", "--reps", "2"]) == 0
+    by_solution = {}
+    for trace in load_traces(traces):
+        by_solution.setdefault(trace.solution, []).append(trace.evaluation.status)
+    assert by_solution == {"scale_fp8_torch": ["PASSED"], "scale_fp8_wrong": ["INCORRECT_NUMERICAL"],
+                           "mla_torch_solution": ["PASSED"] * 4}

@@ -27,7 +27,7 @@ def _module(path: Path) -> str:
 
 # Lowest first. A module belongs to the layer of its longest matching prefix.
 LAYERS = (
-    ("core", ("evoteam", "evoteam.errors", "evoteam.resources", "evoteam.schema", "evoteam.blobs", "evoteam.hardware",
+    ("core", ("evoteam", "evoteam.errors", "evoteam.resources", "evoteam.schema", "evoteam.blobs", "evoteam.tolerance", "evoteam.dataset", "evoteam.hardware",
               "evoteam.task")),
     ("harness", ("evoteam.harness",)),
     ("services", ("evoteam.llm", "evoteam.families", "evoteam.report", "evoteam.trace_writer",
@@ -35,7 +35,8 @@ LAYERS = (
     ("team", ("evoteam.team",)),
     ("tracking", ("evoteam.tracking", "evoteam.compare")),
     ("entry points", ("evoteam.config", "evoteam.cli_errors", "evoteam.mainjob", "evoteam.bench",
-                      "evoteam.__main__", "evoteam.sweep", "evoteam.results", "evoteam.export")),
+                      "evoteam.__main__", "evoteam.sweep", "evoteam.results", "evoteam.export",
+                      "evoteam.run_dataset")),
 )
 
 

@@ -59,7 +59,8 @@ class TimingMode(str, Enum):
                work per call, such as FlashInfer's plan(); a CPU runner without a cgroup of its own)
     cputime    CPUs: the CPU time the runner's cgroup used over one call (the kernel's accounting, every
                process and thread of the runner), both sides single-threaded: what the work costs,
-               unbent by other load on the machine. Not a GPU's performance: CPU figures test the flow.
+               unbent by other load on the machine, on one CPU (a cpuset); the speedup is the median of
+               per-round ratios. Not a GPU's performance: CPU figures test the flow.
     """
 
     graph = "graph"

@@ -1,0 +1,135 @@
+"""A flashinfer-bench dataset folder (definitions/, workloads/, solutions/, blob/) as evoteam tasks.
+
+Each definition is a task named `<dataset folder>::<definition name>`, usable wherever a task name is
+(`python -m evoteam.bench SOLUTION --task <folder>::<definition>`; `python -m evoteam.run_dataset`
+runs every solution of a folder). Inputs are made as flashinfer-bench makes them: `random` inputs
+with its distributions (from evoteam's secret-seeded generator, fresh per trial), `scalar` values,
+`safetensors` tensors read from the folder's blobs; the reference is the definition's own code;
+tolerances are flashinfer-bench's defaults (atol = rtol = 1e-2) for floating outputs, exact for the rest.
+A dataset's workloads are what they are at every scale (same axes, same uuid).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from evoteam.blobs import read_safetensors
+from evoteam.errors import UserError
+from evoteam.schema import Definition, Trace, Workload, read_jsonl
+from evoteam.tolerance import DTYPE_TOLERANCES, Tolerance
+
+SEPARATOR = "::"
+FIB_TOLERANCE = (1e-2, 1e-2)  # flashinfer-bench's BenchmarkConfig defaults (atol, rtol)
+_TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "int64": torch.int64,
+          "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "bool": torch.bool}
+_INT_RANGES = {torch.int8: (-128, 128), torch.int16: (-1024, 1024), torch.int32: (-1024, 1024),
+               torch.int64: (-1024, 1024)}
+
+
+def is_dataset_task(name: str) -> bool:
+    return SEPARATOR in name
+
+
+def task_name(root: str | Path, definition: str) -> str:
+    return f"{Path(root).resolve()}{SEPARATOR}{definition}"
+
+
+def definitions(root: str | Path) -> dict[str, dict]:
+    """Definition name -> its JSON, for every definition of the folder."""
+    out = {}
+    for path in sorted((Path(root) / "definitions").rglob("*.json")):
+        obj = json.loads(path.read_text())
+        out[obj["name"]] = obj
+    return out
+
+
+def solutions(root: str | Path, definition: str) -> list[Path]:
+    """The solution files of a definition in the folder."""
+    return [p for p in sorted((Path(root) / "solutions").rglob("*.json"))
+            if json.loads(p.read_text()).get("definition") == definition]
+
+
+@cache
+def load_parts(name: str) -> dict:
+    """What `evoteam.task.load_task` builds the task from: folder, definition, workloads, hooks, reference."""
+    root_text, _, definition_name = name.rpartition(SEPARATOR)
+    root = Path(root_text)
+    if not (root / "definitions").is_dir():
+        raise UserError(f"task {name!r}: {root} is not a flashinfer-bench dataset folder (no definitions/); give "
+                        f"<dataset folder>::<definition name>")
+    found = definitions(root)
+    if definition_name not in found:
+        raise UserError(f"task {name!r}: the dataset defines no {definition_name!r}; it defines: "
+                        f"{', '.join(found) or 'nothing'}")
+    definition = Definition.from_json(found[definition_name])
+    workloads = []
+    for path in sorted((root / "workloads").rglob("*.jsonl")):
+        for obj in read_jsonl(path):
+            trace = Trace.from_json(obj)
+            if trace.definition == definition_name:
+                workloads.append(trace.workload)
+    tag = f"evoteam_dataset_{abs(hash(name))}"
+    reference = types.ModuleType(f"{tag}_reference")
+    sys.modules[reference.__name__] = reference
+    exec(compile(definition.reference, f"<{definition_name} reference>", "exec"), reference.__dict__)  # noqa: S102
+    return {"folder": root, "definition": definition, "workloads": workloads, "module": _hooks(root, definition, tag),
+            "reference_module": reference}
+
+
+def _hooks(root: Path, definition: Definition, tag: str) -> types.ModuleType:
+    """The task hooks (see evoteam/task.py) of a dataset definition."""
+    module = types.ModuleType(f"{tag}_task")
+    atol, rtol = FIB_TOLERANCE
+    module.TOLERANCES = {name: Tolerance(atol=atol, rtol=rtol, max_rel_norm=DTYPE_TOLERANCES[spec.dtype].max_rel_norm
+                                         if spec.dtype in DTYPE_TOLERANCES else 1e-2)
+                         for name, spec in definition.outputs.items() if spec.dtype.startswith(("float", "bfloat"))}
+
+    def scaled_workloads(workloads: list[Workload], scale: str) -> list[Workload]:
+        return list(workloads)
+
+    def blob_tensors(workload: Workload) -> dict[str, torch.Tensor]:
+        out = {}
+        for name, spec in workload.inputs.items():
+            if spec.type == "safetensors":
+                path = Path(spec.path) if Path(spec.path).is_absolute() else root / spec.path
+                tensors = read_safetensors(path)
+                if spec.tensor_key not in tensors:
+                    raise ValueError(f"workload {workload.uuid}: {path} holds no tensor {spec.tensor_key!r}")
+                out[name] = tensors[spec.tensor_key]
+        return out
+
+    def make_inputs(workload: Workload, generator: torch.Generator, device) -> dict:
+        shapes = definition.input_shapes(workload.axes)
+        blobs = blob_tensors(workload)
+        out = {}
+        for name, spec in definition.inputs.items():
+            given = workload.inputs.get(name)
+            if given is not None and given.type == "scalar":
+                out[name] = given.value
+            elif name in blobs:
+                out[name] = blobs[name].to(device)
+            else:
+                out[name] = _random(shapes[name], _TORCH[spec.dtype], generator, device)
+        return out
+
+    module.scaled_workloads, module.blob_tensors, module.make_inputs = scaled_workloads, blob_tensors, make_inputs
+    return module
+
+
+def _random(shape, dtype: torch.dtype, generator: torch.Generator, device) -> torch.Tensor:
+    """flashinfer-bench's distributions (bench/utils.py _rand_tensor), from the judge's generator."""
+    if dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return torch.randn(shape, dtype=dtype, generator=generator, device=device)
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return torch.randn(shape, generator=generator, device=device).clamp_(-2.0, 2.0).to(dtype)
+    if dtype is torch.bool:
+        return torch.randint(0, 2, shape, generator=generator, device=device).bool()
+    low, high = _INT_RANGES[dtype]
+    return torch.randint(low, high, shape, dtype=dtype, generator=generator, device=device)

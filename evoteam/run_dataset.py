@@ -1,0 +1,77 @@
+"""Run every solution of a flashinfer-bench dataset folder on its definition's workloads, in evoteam's
+harness (sandboxed, checked, timed against the definition's reference), and write the traces.
+
+    python -m evoteam.run_dataset DATASET [--definition NAME ...] [--hardware auto] [--traces OUT.jsonl]
+
+Solutions in Python, Triton, C++ and CUDA (binding "torch") run; a solution the runner cannot build
+(another binding, another language) is recorded as a compile error with the reason. Exit code 1 when
+no workload of any solution passed, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from evoteam.errors import UserError, exit_code_of
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m evoteam.run_dataset", description=__doc__.split("\n\n")[0])
+    p.add_argument("dataset", type=Path, help="a folder with definitions/, workloads/ and solutions/")
+    p.add_argument("--definition", action="append", default=[], help="only these definitions (default: all)")
+    p.add_argument("--hardware", default="auto", help="a spec sheet of hardware/ or auto (default)")
+    p.add_argument("--traces", type=Path, help="append the FlashInfer-Trace lines here")
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--reps", type=int)
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per solution")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evoteam import dataset, hardware
+    from evoteam.harness.candidate import Candidate, CandidateError
+    from evoteam.harness.executor import evaluate
+    from evoteam.harness.model import EvalRequest
+    from evoteam.schema import append_traces
+    from evoteam.task import load_task
+    from evoteam.trace_writer import to_trace
+
+    if not (args.dataset / "definitions").is_dir():
+        raise UserError(f"{args.dataset} is not a flashinfer-bench dataset folder (no definitions/)")
+    found = dataset.definitions(args.dataset)
+    wanted = args.definition or list(found)
+    unknown = [d for d in wanted if d not in found]
+    if unknown:
+        raise UserError(f"--definition {unknown[0]}: not in the dataset; it defines: {', '.join(found)}")
+    hw = hardware.resolve(args.hardware)
+    passed = 0
+    for name in wanted:
+        task = load_task(dataset.task_name(args.dataset, name))
+        by_uuid = {w.uuid: w for w in task.workloads}
+        for path in dataset.solutions(args.dataset, name):
+            try:
+                label = Candidate.from_path(path).solution.name
+            except CandidateError:
+                label = path.stem
+            print(f"{name}: {label} ({len(task.workloads)} workloads) on {hw.name}", flush=True)
+            request = EvalRequest(task=task.name, hardware=hw.name, solution=str(path.resolve()), scale="full",
+                                  baseline="reference", **{k: v for k in ("warmup", "reps")
+                                                          if (v := getattr(args, k)) is not None})
+            for r in evaluate(request, timeout_s=args.timeout).results:
+                speed = f" {r.speedup:.3f}x" if r.speedup else ""
+                print(f"  {r.uuid[:8]}: {r.status}{speed}{'' if r.speedup else ' ' + r.detail[:160]}", flush=True)
+                passed += r.status == "PASSED"
+                if args.traces:
+                    append_traces(args.traces, [to_trace(name, by_uuid[r.uuid], label, r, hw.name)])
+    return 0 if passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    return exit_code_of("evoteam.run_dataset", lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
