@@ -17,6 +17,7 @@ from evoteam.errors import UserError
 VENDORS = ("nvidia", "amd", "cpu")
 BACKENDS = ("cuda", "rocm", "cpu")
 PROBLEM_SCALES = ("full", "small")
+LANGUAGES = ("python", "triton", "cpp", "cuda")  # solution languages the runner can build (FlashInfer-Trace names)
 
 
 class HardwareError(UserError):
@@ -51,6 +52,7 @@ class HardwareSpec:
     container: ContainerSettings
     profiler: str | None
     env: dict[str, str]
+    languages: list[str]  # the solution languages this target builds and runs
 
     @property
     def is_gpu(self) -> bool:
@@ -90,6 +92,9 @@ def parse_spec(data: dict[str, Any], source: str) -> HardwareSpec:
         value = data[key]
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
             raise HardwareError(f"{source}: {key} must be a positive number or null, got {value!r}")
+    odd = [lang for lang in data["languages"] or [] if lang not in LANGUAGES]
+    if odd or not data["languages"]:
+        raise HardwareError(f"{source}: languages must list some of {', '.join(LANGUAGES)}, got {data['languages']!r}")
     mp = data["multiprocessors"]
     if mp is not None and (not isinstance(mp, int) or mp <= 0):
         raise HardwareError(f"{source}: multiprocessors must be a positive integer or null, got {mp!r}")

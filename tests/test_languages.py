@@ -85,3 +85,12 @@ def test_a_solution_the_runner_cannot_build_says_why_in_one_line(tmp_path, uuids
     path.write_text(json.dumps(solution))
     (r,) = evaluate(_request(str(path), uuids[:1]), timeout_s=300).results
     assert r.status == Status.COMPILE_ERROR and '"binding": "torch"' in r.detail and "\n" not in r.detail
+
+
+def test_a_language_the_target_does_not_build_is_refused_by_its_spec_sheet(tmp_path, uuids):
+    path = tmp_path / "cuda.json"
+    solution = json.loads(open(_solution(tmp_path, "cuda")).read())
+    solution["spec"]["language"] = "cuda"
+    path.write_text(json.dumps(solution))
+    (r,) = evaluate(_request(str(path), uuids[:1]), timeout_s=300).results
+    assert r.status == Status.COMPILE_ERROR and "cpu does not build cuda solutions" in r.detail, r.detail

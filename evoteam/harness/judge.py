@@ -151,6 +151,9 @@ class Judge:
             self.cand = Candidate.from_path(request.solution, request.entry)
         except CandidateError as exc:
             self.cand, unusable = None, CandidateUnusable(Status.COMPILE_ERROR, str(exc))
+        if self.cand is not None and self.cand.language not in self.hw.languages:
+            unusable = CandidateUnusable(Status.COMPILE_ERROR, f"{self.hw.name} does not build {self.cand.language} "
+                                         f"solutions (its spec sheet's languages: {', '.join(self.hw.languages)})")
         # The scan reads Python (a filter, not the guarantee: C++ and CUDA sources get the same sandbox)
         for name, source in (self.cand.python_sources() if self.cand else {}).items():
             self.own_kernels += scan.jit_function_names(source) if _parses(source) else []
