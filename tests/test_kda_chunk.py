@@ -19,7 +19,7 @@ from evoteam.harness.check import check_kernel  # noqa: E402
 from evoteam.task import load_module_from_path, load_task  # noqa: E402
 
 KDA = load_task("kda_prefill")
-SMALL = {w.uuid[:8]: w for w in KDA.scaled_workloads("small")}
+SMALL = {w.origin[:8]: w for w in KDA.scaled_workloads("small")}  # by the published uuid
 
 
 def chunk_variant(tmp_path, point):

@@ -84,7 +84,7 @@ class _Evaluator:
 
 def _team_run(run_dir: Path, evaluator, on_turn, max_evaluations=12):
     task = load_task("mla_decode")
-    workloads = [w for w in task.scaled_workloads("small") if w.uuid.startswith("00cb2bc2")]
+    workloads = [w for w in task.scaled_workloads("small") if w.origin.startswith("00cb2bc2")]
     groups = {w.uuid: task.workload_group(w) for w in workloads}
     settings = HarnessSettings.for_run("mla_decode", "cpu", "small", probe_workloads=probe_workloads(workloads, groups, 1),
                                        all_workloads=[w.uuid for w in workloads])
