@@ -63,8 +63,9 @@ def test_what_a_sandboxed_process_sees_and_can_do(tmp_path):
     scratch.mkdir()
     cache.mkdir()
     os.chmod(scratch, 0o777)
-    candidate = tmp_path / "cand.py"
-    candidate.write_text("x = 1\n")
+    candidate = tmp_path / "candidate"  # the candidate's sources, as the judge writes them
+    candidate.mkdir()
+    (candidate / "cand.py").write_text("x = 1\n")
     token = f"sbx{os.getpid()}"
     spec = SandboxSpec(scratch=scratch, cache=cache, candidate=candidate, device="cpu", memory_bytes=2 << 30,
                        max_pids=64)
