@@ -39,6 +39,7 @@ class Dataset:
         self._workloads: dict[str, set[str]] = {}  # definition -> uuids written
         self._solutions: dict[str, str] = {}  # name -> content digest
         self._traces: dict[str, set[str]] = {}
+        self._own: dict[str, dict[str, Workload]] = {}  # task -> its workloads at every scale, by uuid
 
     # ---------------------------------------------------------------- definitions and workloads
     def definition(self, task: Task) -> None:
@@ -53,12 +54,12 @@ class Dataset:
         """The workload as exported (its safetensors inputs point at blobs in this folder), written once."""
         d = task.definition
         blob = Path("blob") / "workloads" / d.op_type / d.name / f"{workload.uuid}.safetensors"
-        tensors = task.blob_tensors(workload)
-        inputs = {name: (replace(spec, path=f"./{blob.as_posix()}", tensor_key=name) if name in tensors else spec)
-                  for name, spec in workload.inputs.items()}
+        inputs = {name: (replace(spec, path=f"./{blob.as_posix()}", tensor_key=name) if spec.type == "safetensors"
+                         else spec) for name, spec in workload.inputs.items()}
         exported = replace(workload, inputs=inputs)
         seen = self._workloads.setdefault(d.name, self._read_uuids(self._workloads_file(task)))
         if workload.uuid not in seen:
+            tensors = task.blob_tensors(workload)  # made only for a workload not written yet
             if tensors:
                 write_safetensors(self.root / blob, tensors)
                 self.counts["blobs"] += 1
@@ -90,7 +91,7 @@ class Dataset:
         self.counts["solutions"] += 1
 
     def trace(self, task: Task, trace: Trace) -> None:
-        exported = replace(trace, workload=self.workload(task, _own_workload(task, trace.workload)))
+        exported = replace(trace, workload=self.workload(task, self._own_workload(task, trace.workload)))
         line = json.dumps(exported.to_json(), sort_keys=True)
         path = self.root / "traces" / task.definition.op_type / f"{task.definition.name}.jsonl"
         seen = self._traces.setdefault(str(path), {json.dumps(t.to_json(), sort_keys=True) for t in load_traces(path)}
@@ -100,18 +101,18 @@ class Dataset:
             seen.add(line)
             self.counts["traces"] += 1
 
-
-def _own_workload(task: Task, workload: Workload) -> Workload:
-    """The task's workload of that uuid at any scale (the one whose index tensors the task makes)."""
-    for scale in SCALES:
-        for own in task.scaled_workloads(scale):
-            if own.uuid == workload.uuid:
-                if own.axes != workload.axes:
-                    raise UserError(f"workload {workload.uuid}: the traces give axes {workload.axes}, the task "
-                                    f"{task.name} {own.axes}; traces of another version of the task cannot be exported")
-                return own
-    raise UserError(f"workload {workload.uuid} is not a workload of task {task.name} at any scale "
-                    f"({', '.join(SCALES)}); traces of another version of the task cannot be exported")
+    def _own_workload(self, task: Task, workload: Workload) -> Workload:
+        """The task's workload of that uuid at any scale (the one whose index tensors the task makes)."""
+        own = self._own.get(task.name)
+        if own is None:
+            own = self._own[task.name] = {w.uuid: w for scale in SCALES for w in task.scaled_workloads(scale)}
+        if workload.uuid not in own:
+            raise UserError(f"workload {workload.uuid} is not a workload of task {task.name} at any scale "
+                            f"({', '.join(SCALES)}); traces of another version of the task cannot be exported")
+        if own[workload.uuid].axes != workload.axes:
+            raise UserError(f"workload {workload.uuid}: the traces give axes {workload.axes}, the task {task.name} "
+                            f"{own[workload.uuid].axes}; traces of another version of the task cannot be exported")
+        return own[workload.uuid]
 
 
 def _append(path: Path, obj: dict) -> None:
