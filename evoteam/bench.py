@@ -71,16 +71,6 @@ def _options(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _solution_name(path: Path) -> str:
-    """A solution JSON's own name, else the file's stem."""
-    if path.suffix == ".json":
-        try:
-            return str(json.loads(path.read_text())["name"])
-        except (ValueError, KeyError, TypeError):
-            pass  # the judge records why it cannot run it
-    return path.stem
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     return exit_code_of("evoteam.bench", lambda: run(args))
@@ -88,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from evoteam.dataset import is_dataset_task
+    from evoteam.harness.candidate import solution_label
     from evoteam.harness.executor import evaluate
     from evoteam.harness.model import EvalRequest
     from evoteam.task import available_tasks, load_task, select_workloads, shape_label
@@ -112,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
     labels = {w.uuid: shape_label(w) for w in workloads}
     by_uuid = {w.uuid: w for w in workloads}
-    name = args.label or _solution_name(solution)
+    name = args.label or solution_label(solution)
     rounds = (EvalRequest.warmup, EvalRequest.reps) if hw.is_gpu else CPU_ROUNDS
     warmup = args.warmup if args.warmup is not None else rounds[0]
     reps = args.reps if args.reps is not None else rounds[1]

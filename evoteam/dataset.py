@@ -26,9 +26,6 @@ from evoteam.tolerance import DTYPE_TOLERANCES, Tolerance
 
 SEPARATOR = "::"
 FIB_TOLERANCE = (1e-2, 1e-2)  # flashinfer-bench's BenchmarkConfig defaults (atol, rtol)
-_TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "int64": torch.int64,
-          "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "bool": torch.bool}
 _INT_RANGES = {torch.int8: (-128, 128), torch.int16: (-1024, 1024), torch.int32: (-1024, 1024),
                torch.int64: (-1024, 1024)}
 
@@ -116,7 +113,7 @@ def _hooks(root: Path, definition: Definition, tag: str) -> types.ModuleType:
             elif name in blobs:
                 out[name] = blobs[name].to(device)
             else:
-                out[name] = _random(shapes[name], _TORCH[spec.dtype], generator, device)
+                out[name] = _random(shapes[name], getattr(torch, spec.dtype), generator, device)  # the names are torch's
         return out
 
     module.scaled_workloads, module.blob_tensors, module.make_inputs = scaled_workloads, blob_tensors, make_inputs

@@ -31,7 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:
     from evoteam import dataset, hardware
-    from evoteam.harness.candidate import Candidate, CandidateError
+    from evoteam.harness.candidate import solution_label
     from evoteam.harness.executor import evaluate
     from evoteam.harness.model import EvalRequest
     from evoteam.schema import append_traces
@@ -51,10 +51,7 @@ def run(args: argparse.Namespace) -> int:
         task = load_task(dataset.task_name(args.dataset, name))
         by_uuid = {w.uuid: w for w in task.workloads}
         for path in dataset.solutions(args.dataset, name):
-            try:
-                label = Candidate.from_path(path).solution.name
-            except CandidateError:
-                label = path.stem
+            label = solution_label(path)
             print(f"{name}: {label} ({len(task.workloads)} workloads) on {hw.name}", flush=True)
             request = EvalRequest(task=task.name, hardware=hw.name, solution=str(path.resolve()), scale="full",
                                   baseline="reference", **{k: v for k in ("warmup", "reps")

@@ -29,6 +29,16 @@ class CandidateError(ValueError):
     """The candidate cannot be run as given (recorded as a compile error, with this message)."""
 
 
+def solution_label(path: Path) -> str:
+    """A candidate's name in tables and traces: a solution JSON's own name, else the file's stem."""
+    if path.suffix == ".json":
+        try:
+            return str(json.loads(path.read_text())["name"])
+        except (ValueError, KeyError, TypeError):
+            pass  # the judge records why it cannot run it
+    return path.stem
+
+
 @dataclass(frozen=True)
 class Candidate:
     solution: Solution
