@@ -49,7 +49,6 @@ class Sample:
 class CallSets:
     def __init__(self, task, workload, device: str, n_sets: int, budget_bytes: int = 4 << 30):
         self.task, self.workload, self.device = task, workload, device
-        self.input_order, self.output_order = list(task.definition.inputs), list(task.definition.outputs)
         self.is_cuda = device.startswith("cuda")
         gen = torch.Generator(device=device)
         gen.manual_seed(0)
@@ -121,8 +120,8 @@ class CallSets:
         for ref in self.refs:  # in the definition's order: a Solution is called positionally
             inputs = {**{n: r.to_json() for n, r in ref["inputs"].items()},
                       **{n: {"value": v} for n, v in self.scalars.items()}}
-            sets.append({"inputs": {n: inputs[n] for n in self.input_order},
-                         "outputs": {n: ref["outputs"][n].to_json() for n in self.output_order}})
+            sets.append({"inputs": {n: inputs[n] for n in self.task.definition.inputs},
+                         "outputs": {n: ref["outputs"][n].to_json() for n in self.task.definition.outputs}})
         return {"op": "bind", "buffers": descriptors, "sets": sets, "workload": self.workload.to_json()}, fds
 
     # ------------------------------------------------------------------ before a batch

@@ -121,8 +121,8 @@ class Judge:
         # A CPU target times on one CPU: the judge's flush and both runners' calls all run there (a cpuset
         # holds the runners), so no call finds its data in another core's private cache. Unpinned, the same
         # kernel measured 1.06x in one CI run and 1.45x in another; pinned, within 4% under a busy neighbour.
-        self.cpu_lock = None  # CPU targets: (the CPU this evaluation times on, its lock), held during run()
-        self.cpus: frozenset[int] | None = None
+        self.cpus: frozenset[int] | None = None  # CPU targets: the CPU this evaluation times on (during run())
+        self.cpu_lock = None  # and the lock that holds it for this evaluation
         self.flusher = None
         if not hw.is_gpu:  # numpy's fill runs on the calling thread alone (torch's would use its thread pool)
             self.flusher = numpy.empty(2 * _last_level_cache_bytes(), dtype=numpy.uint8)
@@ -163,10 +163,12 @@ class Judge:
         affinity, threads = os.sched_getaffinity(0), torch.get_num_threads()
         try:
             if not self.hw.is_gpu:
-                self.cpu_lock = _claim_cpu()
-                self.cpus = frozenset({self.cpu_lock[0]})  # this thread flushes on the CPU where the runners run, and the judge's own
-                os.sched_setaffinity(0, self.cpus)  # torch work stays on it (pool threads spinning there
-                torch.set_num_threads(1)  # beside a runner made an evaluation 6x slower)
+                cpu, self.cpu_lock = _claim_cpu()
+                self.cpus = frozenset({cpu})
+                # This thread flushes on the CPU where the runners run, and the judge's own torch work stays
+                # on it (pool threads spinning there beside a runner made an evaluation 6x slower).
+                os.sched_setaffinity(0, self.cpus)
+                torch.set_num_threads(1)
             for n, uuid in enumerate(uuids):
                 self.on_start(uuid)
                 if unusable is None:
@@ -196,7 +198,7 @@ class Judge:
             self._close_runners()
             shutil.rmtree(self.workdir, ignore_errors=True)
             if self.cpu_lock is not None:
-                self.cpu_lock[1].close()  # the CPU is free for the next evaluation
+                self.cpu_lock.close()  # the CPU is free for the next evaluation
                 self.cpu_lock = None
             os.sched_setaffinity(0, affinity)
             torch.set_num_threads(threads)
