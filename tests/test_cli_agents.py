@@ -44,6 +44,19 @@ def _claude_code(evoteam_cli, server, run_dir: Path, *args: str):
                        env={"ANTHROPIC_API_KEY": "sk-ant-test"}, timeout=900)
 
 
+def _stopped_by_budget(evoteam_cli, tmp_path: Path, script, budget: str, why: str) -> tuple[Path, float]:
+    """The job with a scripted Claude Code run until `budget` stops it: its run folder and its seconds."""
+    from fake_anthropic import FakeAnthropic
+
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    with FakeAnthropic(script) as server:
+        result = _claude_code(evoteam_cli, server, run_dir, budget)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert why in result.stdout, result.stdout[-2000:]
+    return run_dir, time.monotonic() - started
+
+
 def _member(run_dir: Path) -> Path:
     (member,) = (run_dir / "workspace" / "members").iterdir()
     return member
@@ -107,7 +120,7 @@ def test_a_claude_code_run_over_its_token_budget_is_stopped_and_its_work_kept(tm
 
 
 def test_a_cli_past_the_evaluation_budget_is_told_so_and_stopped(tmp_path, evoteam_cli, seed_source):
-    from fake_anthropic import FakeAnthropic, ToolUse, Turn, Usage
+    from fake_anthropic import ToolUse, Turn, Usage
 
     two = _write("v1.py", seed_source) + "\n" + _write("v2.py", seed_source)
     script = [Turn(tool_uses=[ToolUse("Bash", {"command": two + "\necho '# v2' >> v2.py"})], usage=Usage(300, 50)),
@@ -115,30 +128,22 @@ def test_a_cli_past_the_evaluation_budget_is_told_so_and_stopped(tmp_path, evote
               Turn(tool_uses=[ToolUse("Bash", {"command": "./evoteam-tool bench v2.py; sleep 20"})],
                    usage=Usage(500, 20)),
               Turn(text="never reached", usage=Usage(10, 1), sleep_before=20)]
-    run_dir = tmp_path / "run"
-    started = time.monotonic()
-    with FakeAnthropic(script) as server:
-        result = _claude_code(evoteam_cli, server, run_dir, "budget.max_evaluations=1")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "evaluation budget spent: 1 of 1" in result.stdout, result.stdout[-2000:]
-    assert time.monotonic() - started < 120  # stopped, not waiting out its sleeps
+    run_dir, seconds = _stopped_by_budget(evoteam_cli, tmp_path, script, "budget.max_evaluations=1",
+                                          "evaluation budget spent: 1 of 1")
+    assert seconds < 120  # stopped, not waiting out its sleeps
     attempts = (run_dir / "workspace" / "attempts.jsonl").read_text().splitlines()
     assert len(attempts) == 1  # v2 was refused, not evaluated
     assert (_member(run_dir) / "v2.py").is_file()  # and the CLI's work stays
 
 
 def test_a_cli_still_running_when_the_wall_time_budget_ends_is_stopped(tmp_path, evoteam_cli, seed_source):
-    from fake_anthropic import FakeAnthropic, ToolUse, Turn, Usage
+    from fake_anthropic import ToolUse, Turn, Usage
 
     script = [Turn(tool_uses=[ToolUse("Bash", {"command": _write("v1.py", seed_source)})], usage=Usage(300, 50)),
               Turn(text="still thinking", usage=Usage(400, 20), sleep_before=300)]
-    run_dir = tmp_path / "run"
-    started = time.monotonic()
-    with FakeAnthropic(script) as server:
-        result = _claude_code(evoteam_cli, server, run_dir, "budget.max_wall_time_s=45")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "wall-time budget spent" in result.stdout, result.stdout[-2000:]
-    assert time.monotonic() - started < 200  # not the model's 300 s
+    run_dir, seconds = _stopped_by_budget(evoteam_cli, tmp_path, script, "budget.max_wall_time_s=45",
+                                          "wall-time budget spent")
+    assert seconds < 200  # not the model's 300 s
     assert (_member(run_dir) / "v1.py").is_file()
 
 
