@@ -23,8 +23,9 @@ from evoteam.schema import append_traces
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m evoteam.bench", description=__doc__.splitlines()[0])
-    p.add_argument("solution", help="the candidate: a Python file (entry point `run` unless --entry), or a "
-                   "FlashInfer-Trace solution JSON (Python, Triton, C++ or CUDA sources)")
+    p.add_argument("solution", help="the candidate: a Python file (entry point `run` unless --entry), a .cu or .cpp "
+                   "file (torch binding, entry `run`), or a FlashInfer-Trace solution JSON (Python, Triton, C++ or "
+                   "CUDA sources)")
     p.add_argument("--task", required=True, help="a folder of kernels/, e.g. mla_decode or kda_prefill")
     p.add_argument("--hardware", default="auto", help="a spec sheet of hardware/ or auto (default)")
     p.add_argument("--scale", choices=["full", "small"], help="problem scale (default: the target's)")

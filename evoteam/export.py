@@ -26,6 +26,7 @@ from pathlib import Path
 
 from evoteam.blobs import write_safetensors
 from evoteam.errors import UserError, exit_code_of
+from evoteam.harness.candidate import CandidateError, solution_of_path
 from evoteam.schema import SchemaError, Solution, Trace, Workload, load_traces
 from evoteam.task import SCALES, Task, available_tasks, load_task
 
@@ -178,8 +179,11 @@ def export(args: argparse.Namespace) -> dict[str, int]:
             if solutions is not None:
                 solution = solutions.get(trace.solution)
             elif trace.solution in given:
-                solution = Solution.from_file(given[trace.solution], definition=task.definition.name,
-                                              name=trace.solution)
+                try:
+                    solution = replace(solution_of_path(given[trace.solution], task.definition.name),
+                                       name=trace.solution)
+                except CandidateError as exc:
+                    raise UserError(f"--solution {trace.solution}: {exc}") from None
             else:
                 solution = None
             if solution is None:

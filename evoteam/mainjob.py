@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -252,15 +252,15 @@ def _search(team_run, tracker, run_dir: Path) -> None:
 def _write_solutions(target: Target, final_dir: Path, dispatch: dict[str, str]) -> dict[str, str]:
     """Each final kernel as a FlashInfer-Trace solution (final/solutions/<name>.json, what the traces
     name and `python -m evoteam.export --run` carries); its name per dispatch value."""
-    from evoteam.schema import Solution
+    from evoteam.harness.candidate import solution_of_path
     from evoteam.trace_writer import solution_name
 
     names = {}
     for kernel in sorted(set(dispatch.values())):
-        path = final_dir / "kernels" / f"{kernel or 'default'}.py"
+        path = next((final_dir / "kernels").glob(f"{kernel or 'default'}.*"))  # .py, .cu or .cpp
         name = solution_name(target.task.name, path.read_text())
-        solution = Solution.from_file(path, target.task.definition.name, name=name,
-                                      target_hardware=(target.hw.name,))
+        solution = solution_of_path(path, target.task.definition.name, name=name)
+        solution = replace(solution, spec=replace(solution.spec, target_hardware=(target.hw.name,)))
         out = final_dir / "solutions" / f"{name}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(solution.to_json(), indent=2) + "\n")

@@ -14,3 +14,14 @@ use_wheels() {
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
   fi
 }
+
+# use_bwrap: bubblewrap, the candidates' sandbox, where the host lacks it: unpacked from its Debian packages in
+# .devtools/ (apt-get download bubblewrap libcap2 libselinux1 libpcre2-8-0) into /tmp/bw, put first on PATH.
+use_bwrap() {
+  command -v bwrap >/dev/null && return 0
+  ls .devtools/*.deb >/dev/null 2>&1 || { echo "no bwrap and no .devtools/*.deb to unpack it from" >&2; return 1; }
+  for f in .devtools/*.deb; do dpkg -x "$f" /tmp/bw; done
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/bw/lib/x86_64-linux-gnu:/tmp/bw/usr/lib/x86_64-linux-gnu exec /tmp/bw/usr/bin/bwrap "$@"\n' \
+    > /tmp/bw/bwrap && chmod +x /tmp/bw/bwrap
+  export PATH=/tmp/bw:$PATH
+}

@@ -29,12 +29,7 @@ export PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
 export EVOTEAM_CACHE_DIR=${EVOTEAM_CACHE_DIR:-/tmp/integrity-evoteam-cache}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/integrity-triton-cache}
 mkdir -p "$TRITON_CACHE_DIR"
-if ! command -v bwrap >/dev/null && ls .devtools/*.deb >/dev/null 2>&1; then
-  for f in .devtools/*.deb; do dpkg -x "$f" /tmp/bw; done
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/bw/lib/x86_64-linux-gnu:/tmp/bw/usr/lib/x86_64-linux-gnu exec /tmp/bw/usr/bin/bwrap "$@"\n' \
-    > /tmp/bw/bwrap && chmod +x /tmp/bw/bwrap
-  export PATH=/tmp/bw:$PATH
-fi
+use_bwrap || exit 1
 if [ -n "${AUTOTUNE_IN:-}" ] && [ -f "$AUTOTUNE_IN" ]; then
   tar xzf "$AUTOTUNE_IN" -C "$TRITON_CACHE_DIR" && echo "fla autotuning restored from $AUTOTUNE_IN"
 fi

@@ -11,6 +11,7 @@ definition's order (flashinfer-bench's destination-passing convention).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from evoteam.schema import Solution
 LOADED = ("python", "triton")  # imported as Python
 COMPILED = ("cpp", "cuda")  # built with torch.utils.cpp_extension (binding "torch")
 COMPILED_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+SOURCE_LANGUAGE = {".cu": "cuda", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp"}  # a bare compiled source file
 SOURCE_MTIME = 946684800  # 2000-01-01
 
 
@@ -39,6 +41,23 @@ def solution_label(path: Path) -> str:
     return path.stem
 
 
+def solution_of_path(path: str | Path, definition: str = "", name: str | None = None,
+                     entry: str = "run") -> Solution:
+    """The Solution a candidate file stands for: a Solution JSON as written; a bare .cu/.cpp file as a
+    one-source solution built with torch's extension loader; any other file as one Python (Triton) source."""
+    path = Path(path)
+    if path.suffix == ".json":
+        try:
+            return Solution.from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CandidateError(f"{path.name} is not a FlashInfer-Trace solution: {exc}") from None
+    language = SOURCE_LANGUAGE.get(path.suffix, "triton")
+    solution = Solution.from_file(path, definition=definition, language=language, entry=entry, name=name)
+    if language in COMPILED:
+        solution = dataclasses.replace(solution, spec=dataclasses.replace(solution.spec, binding="torch"))
+    return solution
+
+
 @dataclass(frozen=True)
 class Candidate:
     solution: Solution
@@ -47,12 +66,9 @@ class Candidate:
     @classmethod
     def from_path(cls, path: str | Path, entry: str = "run") -> Candidate:
         path = Path(path)
-        if path.suffix != ".json":
-            return cls(Solution.from_file(path, definition="", language="triton", entry=entry), keywords=True)
-        try:
-            solution = Solution.from_json(json.loads(path.read_text()))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CandidateError(f"{path.name} is not a FlashInfer-Trace solution: {exc}") from None
+        solution = solution_of_path(path, entry=entry)
+        if path.suffix != ".json" and solution.spec.language in LOADED:
+            return cls(solution, keywords=True)
         spec = solution.spec
         if spec.language not in LOADED + COMPILED:
             raise CandidateError(f"solution {solution.name}: language {spec.language!r} is not built here; "

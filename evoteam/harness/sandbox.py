@@ -383,10 +383,21 @@ def bwrap_command(bwrap: str, spec: SandboxSpec) -> list[str]:
     return args
 
 
+BUILD_TOOLS = ("ninja", "nvcc", "c++", "hipcc")  # what torch's extension loader runs to build C++/CUDA solutions
+
+
+def _tool_dirs() -> list[str]:
+    """The runner's PATH: the system's folders, and wherever the judge finds the build tools and its Python's
+    console scripts (a pip-installed ninja lives beside the interpreter, not in /usr/bin)."""
+    dirs = ["/usr/local/bin", "/usr/bin", "/bin"]
+    found = [os.path.dirname(sys.executable)] + [os.path.dirname(p) for p in map(shutil.which, BUILD_TOOLS) if p]
+    return dirs + [d for d in dict.fromkeys(found) if d not in dirs]
+
+
 def runner_env(spec_env: dict[str, str], device: str, inside: bool) -> dict[str, str]:
     """A clean environment: nothing of the judge's but what Python, CUDA and Triton need."""
     scratch = "/scratch" if inside else None
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+    env = {"PATH": ":".join(_tool_dirs()), "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": str(PACKAGE_DIR.parent), "LANG": "C.UTF-8"}
     for key in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
         if os.environ.get(key):

@@ -57,6 +57,23 @@ def interface(task: Task) -> str:
     return "\n".join(lines)
 
 
+SUFFIX_OF = {"python": ".py", "triton": ".py", "cuda": ".cu", "cpp": ".cpp"}
+FENCE = {".py": "python", ".cu": "cuda", ".cpp": "cpp"}
+
+
+def languages(task: Task, hw) -> str:
+    """Which languages the target builds, and how a compiled kernel is called."""
+    suffixes = sorted({SUFFIX_OF[lang] for lang in hw.languages if lang in SUFFIX_OF}, key=list(FENCE).index)
+    args = ", ".join(list(task.definition.inputs) + list(task.definition.outputs))
+    lines = [f"A kernel file's suffix is its language; {hw.name} builds {', '.join(suffixes)}."]
+    if len(suffixes) > 1:
+        lines.append(f"A .cu (CUDA C++) or .cpp file is built by torch's extension loader with the machine's compiler, "
+                     f"inside the sandbox (a build failure is a compile error with the compiler's message), and must "
+                     f"export `run` through PYBIND11_MODULE(TORCH_EXTENSION_NAME, m); it is called positionally, "
+                     f"run({args}), with torch::Tensor arguments (a scalar input as double).")
+    return "\n".join(lines)
+
+
 def workload_list(task: Task, workloads: list) -> str:
     groups: dict[str, list] = {}
     for w in workloads:
@@ -128,6 +145,7 @@ def task_brief(task: Task, hw, workloads: list, baseline: str, timing_mode: str)
     return "\n\n".join([
         f"# Task {task.definition.name} ({task.name})\n{task.definition.description or ''}",
         f"## The entry point\n{interface(task)}",
+        f"## Languages\n{languages(task, hw)}",
         f"## Workloads of this run\n{workload_list(task, workloads)}",
         f"## Correctness\n{correctness_rule(task)}",
         f"## Timing\n{timing_rule(baseline_words(baseline, hw), timing_mode, hw.is_gpu)}",
@@ -176,9 +194,10 @@ def starting_kernel(task: Task, workspace: Workspace, labels: dict[str, str], ce
         return ("## No verified kernel yet; the task's seed kernel (simple and correct) to start from\n"
                 f"```python\n{seed.rstrip()}\n```")
     result = workspace.result_json(best.attempt_id)
-    return (f"## The team's best verified kernel ({best.attempt_id}, by {best.role})\n"
+    kernel = workspace.kernel_path(best.attempt_id)
+    return (f"## The team's best verified kernel ({best.attempt_id}, by {best.role}, {kernel.name})\n"
             f"{attempt_report(best, result, labels, ceiling_tbs)}\n"
-            f"```python\n{workspace.kernel_path(best.attempt_id).read_text().rstrip()}\n```")
+            f"```{FENCE.get(kernel.suffix, '')}\n{kernel.read_text().rstrip()}\n```")
 
 
 def state_brief(task: Task, workspace: Workspace, ledger: Ledger, progress: Progress, group_sizes: dict[str, int],

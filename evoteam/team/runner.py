@@ -264,8 +264,9 @@ class TeamRun:
             by_kernel.setdefault(attempt_id, []).append(uuid)
         results: dict[str, WorkloadResult] = {}
         for attempt_id, uuids in by_kernel.items():
-            source = self.workspace.kernel_path(attempt_id).read_text() if attempt_id else default_source
-            path = final_dir / "kernels" / f"{attempt_id or 'default'}.py"
+            kernel = self.workspace.kernel_path(attempt_id) if attempt_id else None
+            source = kernel.read_text() if kernel else default_source
+            path = final_dir / "kernels" / f"{attempt_id or 'default'}{kernel.suffix if kernel else '.py'}"
             path.write_text(source)
             s = self.settings
             request = s.request(str(path), uuids, reps=max(s.template.reps, 3), use_baseline_cache=False,

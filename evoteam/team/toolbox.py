@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from evoteam.harness import scan
 from evoteam.harness.executor import evaluate
 from evoteam.harness.model import CPU_ROUNDS, EvalRequest, EvalResult, TimingMode, geomean
 from evoteam.team.budget import Ledger
 from evoteam.team.spec import RoleSpec
-from evoteam.team.workspace import Attempt, Workspace, evaluation_key
+from evoteam.team.workspace import KERNEL_SUFFIXES, Attempt, Workspace, evaluation_key
 
 
 @dataclass
@@ -108,6 +109,12 @@ def summarize_result(result: EvalResult) -> tuple[str, str, dict[str, float], di
     return status, failure, speedups, statuses, (max(noises) if noises else None), mean
 
 
+def _language_error(name: str) -> str:
+    if Path(name).suffix in KERNEL_SUFFIXES:
+        return ""
+    return f"error: {name}: the suffix names the language; give {', '.join(KERNEL_SUFFIXES)} (Python/Triton, CUDA C++, C++)"
+
+
 class Toolbox:
     def __init__(self, workspace: Workspace, settings: HarnessSettings, ledger: Ledger, team_id: str,
                  role: RoleSpec, evaluator: Evaluator = _default_evaluator, labels: dict[str, str] | None = None,
@@ -126,20 +133,21 @@ class Toolbox:
 
     # ------------------------------------------------------------------ structured API (offline agents)
     def evaluate(self, source: str, origin: dict, kind: str = "benchmark",
-                 workloads: list[str] | None = None) -> Attempt:
-        """Check (kind="check") or check and time (kind="benchmark") a candidate's source."""
+                 workloads: list[str] | None = None, suffix: str = ".py") -> Attempt:
+        """Check (kind="check") or check and time (kind="benchmark") a candidate's source, a file of the
+        language its suffix names (KERNEL_SUFFIXES)."""
         if kind not in ("check", "benchmark"):
             raise ValueError(f"kind must be check or benchmark, got {kind!r}")
         workloads = list(workloads or self.settings.probe_workloads or self.settings.all_workloads)
-        key = evaluation_key(source, workloads, kind)
+        key = evaluation_key(source, workloads, kind, suffix)
         known = self.workspace.find(key)
         if known is not None:
             self.last_attempt = known
             return known
         self.ledger.allow_evaluation()
-        attempt_id, folder = self.workspace.new_attempt_dir(source)
+        attempt_id, folder = self.workspace.new_attempt_dir(source, suffix)
         s = self.settings
-        request = s.request(str(folder / "kernel.py"), workloads, check_only=kind == "check")
+        request = s.request(str(folder / f"kernel{suffix}"), workloads, check_only=kind == "check")
         result = self.evaluator(request, s.timeout_s)
         status, failure, speedups, statuses, noise, geomean = summarize_result(result)
         attempt = Attempt(attempt_id=attempt_id, key=key, team=self.team_id, role=self.role.name, kind=kind,
@@ -154,7 +162,11 @@ class Toolbox:
     def write_kernel(self, name: str, source: str) -> str:
         if not name or "/" in name or name.startswith("."):
             return "error: name must be a plain file name, e.g. v1.py"
+        if _language_error(name):
+            return _language_error(name)
         self.drafts[name] = source
+        if not name.endswith(".py"):  # the sandbox is the guarantee; the static scan reads Python only
+            return f"written {name} ({len(source.splitlines())} lines); compiled with the target's compiler when run"
         violations = scan.scan_source(source, name)
         if violations:
             return f"written {name}; the static scan will reject it: " + "; ".join(str(v) for v in violations[:3])
@@ -173,10 +185,12 @@ class Toolbox:
         source = self._source(name)
         if source is None:
             return f"error: no kernel named {name}; write it first with write_kernel"
+        if _language_error(name):
+            return _language_error(name)
         chosen = self._resolve_workloads(workloads)
         if isinstance(chosen, str):
             return chosen
-        attempt = self.evaluate(source, {"llm_file": name}, kind, chosen)
+        attempt = self.evaluate(source, {"llm_file": name}, kind, chosen, Path(name).suffix or ".py")
         return self.report(attempt)
 
     def report(self, attempt: Attempt) -> str:
@@ -205,7 +219,10 @@ class Toolbox:
         source = self._source(name)
         if source is None:
             return f"error: no kernel named {name}"
-        attempt = self.evaluate(source, {"llm_file": name, "submitted": True}, "benchmark")
+        if _language_error(name):
+            return _language_error(name)
+        attempt = self.evaluate(source, {"llm_file": name, "submitted": True}, "benchmark",
+                                suffix=Path(name).suffix or ".py")
         self.submitted.append(attempt.attempt_id)
         self.workspace.record_strategy({"team": self.team_id, "role": self.role.name, "submitted": attempt.attempt_id,
                                         "note": note, "status": attempt.status, "geomean": attempt.geomean})
@@ -241,12 +258,14 @@ def describe(attempt: Attempt) -> str:
 
 TOOL_SCHEMAS = [
     {"type": "function", "function": {
-        "name": "write_kernel", "description": "Write (or overwrite) a kernel file in your own drafts. It must "
-        "define run(**inputs, **outputs) writing every element of the outputs. It runs sandboxed: no network, no "
-        "baseline libraries, only its own scratch folder writable.",
+        "name": "write_kernel", "description": "Write (or overwrite) a kernel file in your own drafts. A .py file "
+        "(Python/Triton) defines run(**inputs, **outputs); a .cu (CUDA C++) or .cpp file is built with torch's "
+        "extension loader and exports run(inputs..., outputs...) positionally, in the definition's order, through "
+        "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m). Either writes every element of the outputs. It runs sandboxed: "
+        "no network, no baseline libraries, only its own scratch folder writable.",
         "parameters": {"type": "object", "properties": {
-            "name": {"type": "string", "description": "file name, e.g. v1.py"},
-            "source": {"type": "string", "description": "the whole Python source"}},
+            "name": {"type": "string", "description": "file name; its suffix is the language: v1.py, v2.cu, v3.cpp"},
+            "source": {"type": "string", "description": "the whole source file"}},
             "required": ["name", "source"]}}},
     {"type": "function", "function": {
         "name": "run_check", "description": "Check a draft's correctness against the reference (no timing).",

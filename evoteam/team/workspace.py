@@ -41,8 +41,14 @@ class Attempt:
         return asdict(self)
 
 
-def evaluation_key(source: str, workloads: list[str], kind: str) -> str:
-    blob = json.dumps({"source": source, "workloads": sorted(workloads), "kind": kind}, sort_keys=True)
+KERNEL_SUFFIXES = (".py", ".cu", ".cpp")  # Python/Triton, CUDA C++, C++ (torch binding): the file's language
+
+
+def evaluation_key(source: str, workloads: list[str], kind: str, suffix: str = ".py") -> str:
+    what = {"source": source, "workloads": sorted(workloads), "kind": kind}
+    if suffix != ".py":  # the same text in another language is another kernel (.py keys stay as they were)
+        what["suffix"] = suffix
+    blob = json.dumps(what, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -68,15 +74,20 @@ class Workspace:
     def find(self, key: str) -> Attempt | None:
         return next((a for a in self._attempts if a.key == key), None)
 
-    def new_attempt_dir(self, source: str) -> tuple[str, Path]:
+    def new_attempt_dir(self, source: str, suffix: str = ".py") -> tuple[str, Path]:
         attempt_id = f"{len(self._attempts) + 1:04d}-{hashlib.sha256(source.encode()).hexdigest()[:8]}"
         path = self.root / "attempts" / attempt_id
         path.mkdir(parents=True, exist_ok=True)
-        (path / "kernel.py").write_text(source)
+        for stale in path.glob("kernel.*"):  # an interrupted attempt of another language under this id
+            stale.unlink()
+        (path / f"kernel{suffix}").write_text(source)
         return attempt_id, path
 
     def kernel_path(self, attempt_id: str) -> Path:
-        return self.root / "attempts" / attempt_id / "kernel.py"
+        """The attempt's kernel file: kernel.py, kernel.cu or kernel.cpp."""
+        folder = self.root / "attempts" / attempt_id
+        return next((folder / f"kernel{s}" for s in KERNEL_SUFFIXES if (folder / f"kernel{s}").is_file()),
+                    folder / "kernel.py")
 
     def result_json(self, attempt_id: str) -> dict | None:
         """The harness's full result of an attempt, as recorded."""
