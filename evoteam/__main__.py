@@ -7,6 +7,8 @@ exit code 2, never a traceback.
 from __future__ import annotations
 
 import sys
+import time
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -45,12 +47,21 @@ def _job(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_BAD_INPUT)
 
 
+def _fixed_sweep_dir(argv: list[str]) -> list[str]:
+    """A multirun's folder, absolute and resolved once, here: a launcher that runs the jobs elsewhere (Ray,
+    Slurm) would otherwise resolve the relative default in another working directory, at another ${now}."""
+    if not {"-m", "--multirun"} & set(argv) or any(a.startswith("hydra.sweep.dir=") for a in argv):
+        return argv
+    return [*argv, f"hydra.sweep.dir={Path.cwd() / 'runs' / 'multirun' / time.strftime('%Y-%m-%d_%H-%M-%S')}"]
+
+
 def main() -> None:
     try:
         cli_errors.preflight(_overrides(sys.argv[1:]))
     except cli_errors.ConfigInputError as exc:
         print(f"evoteam: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    sys.argv = [sys.argv[0], *_fixed_sweep_dir(sys.argv[1:])]
     _job()
 
 

@@ -32,6 +32,12 @@ class TeamPreset(str, Enum):
     codex = "codex"  # one Codex CLI (the paper's Codex baseline)
 
 
+class Topology(str, Enum):
+    sequential = "sequential"
+    parallel = "parallel"
+    review_loop = "review_loop"
+
+
 class LLMProvider(str, Enum):
     offline = "offline"  # no LLM: the built-in search policy
     litellm = "litellm"  # any provider through litellm
@@ -47,6 +53,7 @@ class AgentKind(str, Enum):
 class ExecutorKind(str, Enum):
     local = "local"  # the judge on this machine, the candidate's runner under bubblewrap
     docker = "docker"  # the judge and the runner in the target's container through the Docker API
+    ray = "ray"  # each evaluation a Ray task on a node that offers the target (evoteam.harness.ray_executor)
 
 
 class SandboxMode(str, Enum):
@@ -91,6 +98,9 @@ class TeamConfig:
     preset: TeamPreset = TeamPreset.evolving
     stall_evaluations: int = 6  # evaluations without improvement beyond noise before a redesign
     max_redesigns: int = 10  # the supervisor redesigns an evolving team at most this many times
+    # null: the preset's; parallel: the starting team's roles take each round's turns at once (their
+    # evaluations in flight together), sequential or review_loop
+    topology: Topology | None = None
 
 
 @dataclass
@@ -119,6 +129,14 @@ class AgentConfig:
 
 
 @dataclass
+class RayConfig:
+    address: str | None = None  # the head's address (host:port or ray://...); null: RAY_ADDRESS, else a local instance
+    wait_s: float = 30.0  # how long to wait for a node that offers the target before a one-line error
+    auth_token_env: str | None = None  # a cluster with token authentication (RAY_AUTH_MODE=token): its token's variable
+    gpus_per_evaluation: float | None = None  # null: 1 on a GPU target, 0 on a CPU
+
+
+@dataclass
 class ExecutorConfig:
     kind: ExecutorKind = ExecutorKind.local
     timeout_s: int = 600  # per workload of a candidate evaluation (compilation included)
@@ -128,6 +146,7 @@ class ExecutorConfig:
     memory_gib: int = 16  # the candidate's runner (cgroup; no swap in a container)
     pids_limit: int = 4096  # processes and threads of the candidate's runner
     cache_dir: str | None = None  # kept between containers (Triton, FlashInfer JIT); null: ~/.cache/evoteam/container
+    ray: RayConfig = field(default_factory=RayConfig)  # executor=ray
 
 
 @dataclass

@@ -24,7 +24,8 @@ from evoteam.harness.model import TimingMode
 from evoteam.schema import append_traces
 
 # Keys a resumed run may take from the command line: where and how it is tracked and run, never what it measures.
-SAFE_ON_RESUME = ("tracking", "executor.timeout_s", "executor.docker_host", "executor.cache_dir", "llm.api_key_env",
+SAFE_ON_RESUME = ("tracking", "executor.timeout_s", "executor.docker_host", "executor.cache_dir", "executor.ray.address",
+                  "executor.ray.auth_token_env", "executor.ray.wait_s", "llm.api_key_env",
                   "llm.api_base", "llm.timeout_s", "llm.max_retries", "remeasure", "resume")
 
 
@@ -117,12 +118,27 @@ class Target:
     def resolve(cls, cfg: DictConfig) -> Target:
         from evoteam.task import load_task, select_workloads
 
-        hw = hardware.resolve(cfg.hardware.name, remote=cfg.executor.kind.value == "docker")
+        kind = cfg.executor.kind.value
+        if kind == "ray" and cfg.hardware.name == "auto":
+            raise UserError("executor=ray: name the target the cluster's nodes offer (hardware=h200, say); "
+                            "hardware=auto detects this machine's device, not theirs")
+        hw = hardware.resolve(cfg.hardware.name, remote=kind in ("docker", "ray"))
         evaluator = None
-        if cfg.executor.kind.value == "docker":
+        if kind == "docker":
             from evoteam.harness.container import ContainerExecutor
 
             evaluator = ContainerExecutor.from_config(cfg.executor, hw)  # the engine and the image, or one line
+        elif kind == "ray":
+            from evoteam.harness.ray_executor import RayExecutor
+
+            evaluator = RayExecutor.from_config(cfg.executor, hw)
+            evaluator.connect()  # the cluster and a node of the target, or one line, before anything is written
+        elif hw.is_gpu:
+            from evoteam.harness.executor import DevicePool, LocalExecutor
+
+            pool = DevicePool.visible(True)
+            if pool and len(pool.ids) > 1:  # a parallel team's evaluations spread over every local GPU
+                evaluator = LocalExecutor(pool=pool)
         task = load_task(cfg.task.name)
         scale = cfg.task.scale or hw.problem_scale
         workloads = select_workloads(task.scaled_workloads(scale), list(cfg.task.workloads))

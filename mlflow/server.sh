@@ -5,6 +5,8 @@
 #   MLFLOW_DATA=./mlflow-data  MLFLOW_HOST=0.0.0.0  MLFLOW_PORT=5000  MLFLOW_WORKERS=2
 #   MLFLOW_ALLOWED_HOSTS=mlflow.example.org,10.0.0.5:5000   (needed when reached by a host name)
 #   MLFLOW_BIN=mlflow                                        (default: .venv/bin/mlflow, else mlflow)
+#   MLFLOW_BACKEND_STORE_URI=postgresql://user:pw@db:5432/mlflow   (default: the sqlite file; PostgreSQL is the
+#                                                             store for many writers: a sweep's jobs on a cluster)
 # Extra arguments go to `mlflow server` as they are.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,8 +19,10 @@ if [ -z "$bin" ]; then
 fi
 export MLFLOW_DISABLE_TELEMETRY=true  # the server and the UI it serves send no usage data out
 export LITELLM_LOCAL_MODEL_COST_MAP=True  # its AI gateway imports litellm, which would fetch a price list
-args=(server --backend-store-uri "sqlite:///$data/mlflow.db" --artifacts-destination "$data/artifacts"
+store=${MLFLOW_BACKEND_STORE_URI:-sqlite:///$data/mlflow.db}
+args=(server --backend-store-uri "$store" --artifacts-destination "$data/artifacts"
       --host "${MLFLOW_HOST:-0.0.0.0}" --port "${MLFLOW_PORT:-5000}" --workers "${MLFLOW_WORKERS:-2}")
 if [ -n "${MLFLOW_ALLOWED_HOSTS:-}" ]; then args+=(--allowed-hosts "$MLFLOW_ALLOWED_HOSTS"); fi
-echo "mlflow server: store $data/mlflow.db, artifacts $data/artifacts, http://${MLFLOW_HOST:-0.0.0.0}:${MLFLOW_PORT:-5000}" >&2
+shown=$store; case $store in sqlite*) ;; *) shown="${store%%://*}://(credentials not shown)" ;; esac
+echo "mlflow server: store $shown, artifacts $data/artifacts, http://${MLFLOW_HOST:-0.0.0.0}:${MLFLOW_PORT:-5000}" >&2
 exec "$bin" "${args[@]}" "$@"

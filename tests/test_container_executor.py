@@ -307,5 +307,20 @@ def test_devices_come_from_the_spec_sheet(target, requests, devices, groups):
     assert kw["mem_limit"] == kw["memswap_limit"] == "8192m" and kw["pids_limit"] == 100
 
 
+def test_the_container_gets_the_gpu_the_scheduler_assigned(monkeypatch):
+    """Under Ray (or the local device pool) the evaluation's GPU is named by CUDA_VISIBLE_DEVICES: the container
+    gets that one by id, not the engine's first free GPU; on AMD only that GPU's render node."""
+    from evoteam.harness.container import assigned_gpu
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert assigned_gpu() == "3"
+    kw = host_config(hardware.load_spec("h200"), memory_gib=8, pids_limit=100, gpu=assigned_gpu())
+    assert [(r["Driver"], r["Count"], r["DeviceIDs"]) for r in kw["device_requests"]] == [("nvidia", 0, ["3"])]
+    kw = host_config(hardware.load_spec("mi350x"), memory_gib=8, pids_limit=100, gpu="2")
+    assert kw["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri/renderD130:/dev/dri/renderD130:rwm"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert assigned_gpu() is None
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))

@@ -10,11 +10,7 @@ import html
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,51 +21,15 @@ from mlflow import MlflowClient  # noqa: E402
 
 from evoteam import tracking  # noqa: E402
 
-from conftest import REPO, run_evoteam  # noqa: E402
+from conftest import mlflow_server, run_evoteam  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    data = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "MLFLOW_DATA": str(data), "MLFLOW_HOST": "127.0.0.1", "MLFLOW_PORT": str(port),
-           "MLFLOW_WORKERS": "1", "MLFLOW_BIN": str(Path(os.sys.executable).parent / "mlflow")}
-    log = open(data / "server.log", "w")
-    proc = subprocess.Popen(["bash", str(REPO / "mlflow" / "server.sh")], cwd=data, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not _healthy(url):
-            assert proc.poll() is None, (data / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not answer /health in time"
-            time.sleep(0.5)
-        yield {"url": url, "data": data}
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (uvicorn and its worker)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +112,42 @@ def test_the_mlflow_ui_shows_the_run_and_its_speedup(server, logged_run, tmp_pat
     shown = run_page[run_page.index("final_geomean_speedup") + 1]
     assert float(shown) == pytest.approx(run.data.metrics["final_geomean_speedup"], rel=1e-6)
     assert "best_geomean_speedup" in run_page and "evoteam.team_preset" in run_page
+
+
+WRITER = """
+import sys, mlflow
+from mlflow import MlflowClient
+client = MlflowClient(sys.argv[1])
+experiment = client.get_experiment_by_name("writers")
+experiment_id = experiment.experiment_id if experiment else None
+if experiment_id is None:
+    try:
+        experiment_id = client.create_experiment("writers")
+    except mlflow.exceptions.MlflowException:  # another writer created it first
+        experiment_id = client.get_experiment_by_name("writers").experiment_id
+run = client.create_run(experiment_id, tags={"writer": sys.argv[2]})
+for step in range(40):
+    client.log_metric(run.info.run_id, "speedup", step * 0.1, step=step)
+client.log_batch(run.info.run_id, params=[mlflow.entities.Param(f"p{i}", str(i)) for i in range(10)])
+client.set_terminated(run.info.run_id)
+"""
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    """Drivers on a cluster log to one server: eight processes at once (a sweep's jobs), each a run with 40
+    metric steps and 10 params, through the server as deployed (two workers over its sqlite store)."""
+    with mlflow_server(tmp_path, workers=2) as running:
+        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+        writers = [subprocess.Popen([os.sys.executable, "-c", WRITER, running["url"], str(i)], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(8)]
+        outputs = [w.communicate(timeout=300)[0].decode() for w in writers]
+        assert [w.returncode for w in writers] == [0] * 8, outputs
+        client = MlflowClient(running["url"])
+        experiments = [e for e in client.search_experiments() if e.name == "writers"]
+        assert len(experiments) == 1
+        runs = client.search_runs([experiments[0].experiment_id])
+        assert sorted(int(r.data.tags["writer"]) for r in runs) == list(range(8))
+        for run in runs:
+            assert run.info.status == "FINISHED" and len(run.data.params) == 10
+            history = client.get_metric_history(run.info.run_id, "speedup")
+            assert sorted(m.step for m in history) == list(range(40))

@@ -72,6 +72,23 @@ def test_ledger_caps_tokens_evaluations_and_time():
     assert token_budget("equal", 1000, 4) == 1000 and token_budget("extra", 1000, 4) == 4000
 
 
+def test_evaluations_in_flight_count_and_queueing_for_a_gpu_is_not_charged():
+    ledger = Ledger(token_budget=10, max_evaluations=2, max_wall_time_s=3600)
+    ledger.reserve_evaluation()
+    ledger.reserve_evaluation()  # two in flight: the budget is spent although none has finished
+    with pytest.raises(BudgetExceeded, match=r"2 in flight"):
+        ledger.reserve_evaluation()
+    ledger.release_evaluation()  # its executor failed: the reservation comes back
+    ledger.reserve_evaluation()
+    before = ledger.elapsed_s()
+    # two evaluations submitted together: one waited 10 s for a GPU while the other ran 4 s, then ran 2 s
+    ledger.record_evaluation("team", {"submitted": 100.0, "started": 100.0, "ended": 104.0})
+    ledger.record_evaluation("team", {"submitted": 100.0, "started": 110.0, "ended": 112.0})
+    assert ledger.evaluations == 2 and ledger.in_flight == 0
+    assert ledger.queue_s == pytest.approx(6.0)  # 104..110: nothing ran, the team only waited
+    assert ledger.elapsed_s() == pytest.approx(before - 6.0, abs=0.5)
+
+
 def test_progress_record_counts_improvements_beyond_noise_and_failures():
     groups = {"a": "g1", "b": "g2"}
     attempts = [_attempt(1, speedups={"a": 1.0, "b": 1.0}), _attempt(2, speedups={"a": 1.01, "b": 1.0}),

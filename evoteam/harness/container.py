@@ -96,17 +96,41 @@ def _is_podman(client) -> bool:
         return False
 
 
-def host_config(hw: HardwareSpec, memory_gib: float, pids_limit: int, podman: bool = True) -> dict[str, Any]:
-    """Keyword arguments of containers.create() for the target's devices, the sandbox and the limits."""
+VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def assigned_gpu() -> str | None:
+    """The GPU a scheduler gave this process (Ray's task, the local device pool), as its visible-devices
+    variable names it; None where none is named (the container then gets the target's default request)."""
+    for name in VISIBLE_DEVICE_VARIABLES:
+        value = os.environ.get(name, "").split(",")[0].strip()
+        if value:
+            return value
+    return None
+
+
+def host_config(hw: HardwareSpec, memory_gib: float, pids_limit: int, podman: bool = True,
+                gpu: str | None = None) -> dict[str, Any]:
+    """Keyword arguments of containers.create() for the target's devices, the sandbox and the limits. With
+    `gpu` (the one the scheduler assigned), the container gets that GPU alone, not "any one GPU": NVIDIA by
+    device id; AMD (UNVERIFIED: no AMD GPU was available) its render node only, beside /dev/kfd."""
     from docker.types import DeviceRequest
 
     c = hw.container
+    requests = [dict(r) for r in c.device_requests]
+    devices = list(c.devices)
+    if gpu is not None:
+        for r in requests:
+            r.pop("count", None)
+            r["device_ids"] = [gpu]
+        if gpu.isdigit():
+            devices = [f"/dev/dri/renderD{128 + int(gpu)}" if d == "/dev/dri" else d for d in devices]
     memory = f"{int(memory_gib * 1024)}m"
     # bubblewrap inside needs to mount a procfs for the runner: /proc unmasked (the default seccomp stays)
     unmask = "unmask=ALL" if podman else "systempaths=unconfined"
     return dict(
-        device_requests=[DeviceRequest(**request) for request in c.device_requests],
-        devices=[f"{d}:{d}:rwm" for d in c.devices], group_add=list(c.group_add),
+        device_requests=[DeviceRequest(**request) for request in requests],
+        devices=[f"{d}:{d}:rwm" for d in devices], group_add=list(c.group_add),
         network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges", unmask],
         mem_limit=memory, memswap_limit=memory, pids_limit=pids_limit,
         init=True,  # the judge is not PID 1: a signal that kills it gives exit code 128 + N
@@ -139,7 +163,7 @@ class ContainerJudge:
                              f"{SCRATCH_DIR}/progress.jsonl"],
             environment={**CACHE_ENV, CONTAINER_LIMITS_ENV: limits}, working_dir=SCRATCH_DIR, mounts=mounts,
             labels={"evoteam.role": "judge", "evoteam.task": request.task}, detach=True,
-            **host_config(executor.hw, executor.memory_gib, executor.pids_limit, executor.podman))
+            **host_config(executor.hw, executor.memory_gib, executor.pids_limit, executor.podman, gpu=assigned_gpu()))
         self.container.start()
         self.state: dict = {}
         self.last_poll = 0.0

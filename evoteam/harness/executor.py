@@ -11,12 +11,14 @@ target's container.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -80,18 +82,71 @@ class _LocalJudge:
             return ""
 
 
-class LocalExecutor:
-    """executor=local: the judge as a process on this machine."""
+class DevicePool:
+    """The accelerators evaluations may use, one evaluation per device at a time: `device()` waits for a
+    free one and takes the first free in order, so work of one evaluation at a time always runs on the
+    first device. Its ids are what CUDA_VISIBLE_DEVICES (or HIP_VISIBLE_DEVICES) names."""
 
-    def __init__(self, python: str = sys.executable, extra_env: dict | None = None):
+    def __init__(self, ids: list[str]):
+        self.ids = list(ids)
+        self._busy: set[str] = set()
+        self._changed = threading.Condition()
+
+    @classmethod
+    def visible(cls, gpu: bool) -> DevicePool | None:
+        """Every GPU this process sees (CUDA_VISIBLE_DEVICES where set); None on a CPU target."""
+        if not gpu:
+            return None
+        named = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES")
+        if named:
+            return cls([d.strip() for d in named.split(",") if d.strip()])
+        import torch
+
+        return cls([str(i) for i in range(max(1, torch.cuda.device_count()))])
+
+    @contextlib.contextmanager
+    def device(self):
+        with self._changed:
+            self._changed.wait_for(lambda: len(self._busy) < len(self.ids))
+            gpu = next(i for i in self.ids if i not in self._busy)
+            self._busy.add(gpu)
+        try:
+            yield gpu
+        finally:
+            with self._changed:
+                self._busy.discard(gpu)
+                self._changed.notify()
+
+
+class LocalExecutor:
+    """executor=local: the judge as a process on this machine. With a device pool, each evaluation takes
+    a free GPU of it (one judge per device), so a run's parallel work uses every visible GPU."""
+
+    def __init__(self, python: str = sys.executable, extra_env: dict | None = None, pool: DevicePool | None = None):
         self.python = python
         self.extra_env = extra_env or {}
+        self.pool = pool
 
     def start(self, request: EvalRequest, workdir: Path) -> JudgeProcess:
         return _LocalJudge(request, workdir, self.python, self.extra_env)
 
     def __call__(self, request: EvalRequest, timeout_s: float | None = None) -> EvalResult:
-        return evaluate(request, executor=self, timeout_s=timeout_s)
+        submitted = time.time()
+        if self.pool is None:
+            result = evaluate(request, executor=self, timeout_s=timeout_s)
+            return replace(result, placement=placement("local", submitted, submitted))
+        with self.pool.device() as gpu:
+            started = time.time()
+            one = LocalExecutor(self.python, {**self.extra_env, "CUDA_VISIBLE_DEVICES": gpu, "HIP_VISIBLE_DEVICES": gpu})
+            result = evaluate(request, executor=one, timeout_s=timeout_s)
+        return replace(result, placement=placement("local", submitted, started, gpu=gpu))
+
+
+def placement(executor: str, submitted: float, started: float, **where) -> dict:
+    """EvalResult.placement: where an evaluation ran and its wall-clock times (queue_s: the wait for a device)."""
+    ended = time.time()
+    return {"executor": executor, **where, "submitted": submitted, "started": started, "ended": ended,
+            "queue_s": round(max(0.0, started - submitted), 3)}
 
 
 def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_s: float | None = None,

@@ -66,6 +66,9 @@ DISAGREE_REL, DISAGREE_ABS_MS = 0.25, 0.002  # judge vs runner device time, per 
 CPU_BATCH_MS = 10.0  # CPU targets: calls per timed interval so that one interval takes about this long
 IDLE_FACTOR, IDLE_SLACK_MS = 3.0, 2.0  # CPU targets: host-clock time above this is waiting, not work
 LOAD_TIMEOUT_S = 600.0
+GPU_HOST_THREADS = 8
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "TORCH_NUM_THREADS")
 BATCH_TIMEOUT_S = 60.0  # importing the candidate (its module-level code) and starting the runner
 
 
@@ -214,17 +217,19 @@ class Judge:
 
     # ------------------------------------------------------------------ runners
     def threads(self) -> str:
-        """Threads of both runners' math libraries: OMP_NUM_THREADS where set; else one on a CPU target
-        (threads waiting at a barrier on a busy CPU made one side's time swing 7x between runs) and
-        every core on a GPU host (its host threads only launch)."""
-        return os.environ.get("OMP_NUM_THREADS") or ("1" if not self.hw.is_gpu else str(os.cpu_count() or 1))
+        """Threads of both runners' math libraries, set by the harness whatever the caller's environment
+        says (Ray sets OMP_NUM_THREADS in its workers; a sweep under Ray measured 0.012x where the same job
+        measured 1.205x outside it): one on a CPU target (threads waiting at a barrier on a busy CPU made one
+        side's time swing 7x between runs, and the evaluation holds one CPU), GPU_HOST_THREADS on a GPU host
+        (its host threads only launch). Recorded with every result (sandbox.threads)."""
+        return "1" if not self.hw.is_gpu else str(min(GPU_HOST_THREADS, os.cpu_count() or 1))
 
     def _spec(self, trusted: bool, workdir: Path, cache: Path | None, candidate: Path | None) -> SandboxSpec:
         env = dict(self.hw.env)
         # The same thread settings for both sides (the candidate's environment is otherwise empty, the
         # baseline's the judge's): what either gets, the other gets too.
         threads = self.threads()
-        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
+        env.update({name: threads for name in THREAD_VARIABLES})
         if self.hw.is_gpu:
             env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
         # The trusted runner has no memory limit of the candidate's (its library may compile, say).

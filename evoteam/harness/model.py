@@ -175,17 +175,20 @@ class EvalResult:
     sandbox: dict = field(default_factory=dict)  # what the runner ran in (tool, namespaces, limits, mode)
     seed: int | None = None  # revealed after the evaluation; reproduces its inputs
     seed_secret: bool = True  # False when the caller chose the seed
+    # Where it ran and when (executor, node, gpu, and the wall-clock submitted/started/ended, so queue_s is
+    # the wait for a free accelerator); empty for a plain evaluate().
+    placement: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"results": [r.to_json() for r in self.results], "restarts": self.restarts,
                 "log_tail": self.log_tail, "sandbox": self.sandbox, "seed": self.seed,
-                "seed_secret": self.seed_secret}
+                "seed_secret": self.seed_secret, "placement": self.placement}
 
     @classmethod
     def from_json(cls, obj: dict) -> EvalResult:
         return cls(results=[WorkloadResult.from_json(r) for r in obj["results"]], restarts=obj.get("restarts", 0),
                    log_tail=obj.get("log_tail", ""), sandbox=obj.get("sandbox", {}), seed=obj.get("seed"),
-                   seed_secret=obj.get("seed_secret", True))
+                   seed_secret=obj.get("seed_secret", True), placement=obj.get("placement", {}))
 
 
 def geomean(values) -> float | None:

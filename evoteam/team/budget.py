@@ -5,6 +5,7 @@ is allowed may not ask for more output than `max_output_tokens`."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -27,7 +28,12 @@ class Ledger:
     evaluations: int = 0
     evaluations_by_team: dict[str, int] = field(default_factory=dict)
     wall_time_s: float = 0.0  # time of earlier sessions of a resumed run
+    in_flight: int = 0  # evaluations dispatched and not finished: they count against the budget
+    queue_s: float = 0.0  # wall time when the team's every evaluation in flight waited for an accelerator
     _started: float = field(default_factory=time.monotonic, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    _queued: list = field(default_factory=list, repr=False, compare=False)  # (submitted, started) wall times
+    _running: list = field(default_factory=list, repr=False, compare=False)  # (started, ended)
 
     # ------------------------------------------------------------------ tokens
     def tokens_left(self) -> int:
@@ -41,22 +47,43 @@ class Ledger:
         return self.max_output_tokens
 
     def record_llm(self, team: str, role: str, usage: Usage) -> None:
-        self.total.add(usage)
-        self.by_team.setdefault(team, Usage()).add(usage)
-        self.by_role.setdefault(f"{team}/{role}", Usage()).add(usage)
+        with self._lock:
+            self.total.add(usage)
+            self.by_team.setdefault(team, Usage()).add(usage)
+            self.by_role.setdefault(f"{team}/{role}", Usage()).add(usage)
 
     # ------------------------------------------------------------------ evaluations and time
     def allow_evaluation(self) -> None:
-        if self.evaluations >= self.max_evaluations:
-            raise BudgetExceeded(f"evaluation budget spent: {self.evaluations} of {self.max_evaluations}")
-        self.check_time()
+        with self._lock:
+            if self.evaluations + self.in_flight >= self.max_evaluations:
+                raise BudgetExceeded(f"evaluation budget spent: {self.evaluations} of {self.max_evaluations}"
+                                     + (f" ({self.in_flight} in flight)" if self.in_flight else ""))
+            self.check_time()
 
-    def record_evaluation(self, team: str) -> None:
-        self.evaluations += 1
-        self.evaluations_by_team[team] = self.evaluations_by_team.get(team, 0) + 1
+    def reserve_evaluation(self) -> None:
+        """At dispatch: the evaluation counts against the budget while it is in flight."""
+        with self._lock:
+            self.allow_evaluation()
+            self.in_flight += 1
+
+    def release_evaluation(self) -> None:
+        """A dispatched evaluation that did not finish (its executor failed): its reservation is returned."""
+        with self._lock:
+            self.in_flight = max(0, self.in_flight - 1)
+
+    def record_evaluation(self, team: str, placement: dict | None = None) -> None:
+        with self._lock:
+            self.in_flight = max(0, self.in_flight - 1)
+            self.evaluations += 1
+            self.evaluations_by_team[team] = self.evaluations_by_team.get(team, 0) + 1
+            if placement and "submitted" in placement:
+                self._queued.append((placement["submitted"], placement["started"]))
+                self._running.append((placement["started"], placement["ended"]))
+                self.queue_s = _uncovered(self._queued, self._running)
 
     def elapsed_s(self) -> float:
-        return self.wall_time_s + (time.monotonic() - self._started)
+        """Wall time charged to the team: the run's time less the time it could only wait for a GPU."""
+        return self.wall_time_s + (time.monotonic() - self._started) - self.queue_s
 
     def check_time(self) -> None:
         if self.elapsed_s() > self.max_wall_time_s:
@@ -79,6 +106,28 @@ class Ledger:
             "by_role": {k: v.to_json() for k, v in self.by_role.items()}, "evaluations": self.evaluations,
             "evaluations_by_team": self.evaluations_by_team, "wall_time_s": self.elapsed_s(),
         }
+
+
+def _uncovered(spans: list[tuple[float, float]], covers: list[tuple[float, float]]) -> float:
+    """Seconds inside the union of `spans` that no span of `covers` overlaps."""
+    def union(intervals):
+        out: list[list[float]] = []
+        for a, b in sorted(intervals):
+            if b <= a:
+                continue
+            if out and a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        return out
+    total = 0.0
+    busy = union(covers)
+    for a, b in union(spans):
+        length = b - a
+        for c, d in busy:
+            length -= max(0.0, min(b, d) - max(a, c))
+        total += max(0.0, length)
+    return total
 
 
 def budget_factor(mode: str, extra_multiplier: float) -> float:

@@ -55,4 +55,6 @@ def from_config(team_cfg, model: str, agent: str = "llm") -> TeamSpec:
     config group's kind) plays the roles that the preset leaves to the LLM layer."""
     spec = PRESETS[team_cfg.preset.value](model)
     roles = tuple(replace(r, agent=agent) if r.agent == "llm" else r for r in spec.roles)
+    topology = getattr(team_cfg, "topology", None)
+    spec = replace(spec, topology=topology.value) if topology is not None else spec
     return replace(spec, roles=roles, stall_evaluations=team_cfg.stall_evaluations)

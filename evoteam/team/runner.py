@@ -18,6 +18,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,18 +137,59 @@ class TeamRun:
             return OfflineAgent(role, self.space, rng, self.group_workloads)
         return self.llm_agent_factory(role)
 
-    def _turn(self, role) -> str:
-        s = self.state
-        position = f"{s.team_index}/{s.round}/{s.role_index}"
-        agent = self._agent(role, position)
+    def _toolbox(self, team_id: str, role) -> Toolbox:
         extra = {"evaluator": self.evaluator} if self.evaluator is not None else {}
-        toolbox = Toolbox(self.workspace, self.settings, self.ledger, s.spec.spec_id, role, labels=self.labels,
-                          ceiling_tbs=self.bandwidth_ceiling_tbs, **extra)
+        return Toolbox(self.workspace, self.settings, self.ledger, team_id, role, labels=self.labels,
+                       ceiling_tbs=self.bandwidth_ceiling_tbs, **extra)
+
+    def _context(self) -> TurnContext:
         progress = self.progress()
         brief = state_brief(self.task, self.workspace, self.ledger, progress,
                             {g: len(u) for g, u in self.group_workloads.items()}, self.labels,
                             self.bandwidth_ceiling_tbs)
-        return agent.turn(toolbox, TurnContext(brief=brief, progress=progress, round=s.round))
+        return TurnContext(brief=brief, progress=progress, round=self.state.round)
+
+    def _turn(self, role, role_index: int | None = None, context: TurnContext | None = None) -> str:
+        s = self.state
+        position = f"{s.team_index}/{s.round}/{s.role_index if role_index is None else role_index}"
+        agent = self._agent(role, position)
+        return agent.turn(self._toolbox(s.spec.spec_id, role), context or self._context())
+
+    def _parallel_round(self, roles) -> None:
+        """A parallel team's round: every role takes its turn at once from the same state (the brief and
+        progress at the round's start), so their evaluations are in flight together; an executor with
+        several accelerators (executor=ray, or local with several GPUs) runs them side by side."""
+        context = self._context()
+        before = len(self.workspace.attempts)
+        with ThreadPoolExecutor(max_workers=len(roles), thread_name_prefix="evoteam-role") as pool:
+            futures = [pool.submit(self._turn, role, i, context) for i, role in enumerate(roles)]
+            outcomes = []
+            for future in futures:
+                try:
+                    outcomes.append(future.result())
+                except BudgetExceeded as exc:
+                    outcomes.append(exc)
+        for role, outcome in zip(roles, outcomes):
+            self._record_turn(role, str(outcome), len(self.workspace.attempts), quiet=True)
+        for attempt in self.workspace.attempts[before:]:
+            self.log(progress_line(attempt, self.ledger, self.progress().best_geomean))
+        spent = next((o for o in outcomes if isinstance(o, BudgetExceeded)), None)
+        if spent is not None:
+            raise spent
+
+    def _finish_in_flight(self) -> None:
+        """A resumed run first runs the evaluations that were in flight when it stopped (they were
+        dispatched, never journaled as finished), together, each once, under its reserved id."""
+        pending = [d for d in self.workspace.in_flight() if self.workspace.claim(d["key"]) is None]
+        if not pending:
+            return
+        self.log(f"resuming: {len(pending)} evaluation(s) were in flight; running them again")
+        role = self.state.spec.turn_order[0]
+        for _ in pending:
+            self.ledger.in_flight += 1  # reserved when they were dispatched: counted before they run
+        with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="evoteam-resume") as pool:
+            for attempt in pool.map(lambda d: self._toolbox(d["team"], role).run_dispatched(d), pending):
+                self.log(progress_line(attempt, self.ledger, self.progress().best_geomean))
 
     def run(self) -> str:
         """Run until a budget is spent. Returns why it stopped."""
@@ -155,8 +197,16 @@ class TeamRun:
         if s.finished:
             return "finished earlier"
         try:
+            self._finish_in_flight()
             while True:
                 roles = s.spec.turn_order
+                if s.spec.topology == "parallel" and len(roles) > 1 and s.role_index == 0:
+                    self.checkpoint()
+                    self.ledger.allow_evaluation()
+                    self._parallel_round(roles)
+                    s.role_index = len(roles)
+                    if self.on_turn is not None:
+                        self.on_turn(self)
                 while s.role_index < len(roles):
                     self.checkpoint()
                     # A turn is there to produce an evaluation: with none left, no tokens are spent on one.
@@ -179,14 +229,16 @@ class TeamRun:
             self.checkpoint()
             raise
 
-    def _record_turn(self, role, account: str, before: int) -> None:
+    def _record_turn(self, role, account: str, before: int, quiet: bool = False) -> None:
         """The turn's full account goes to the run's log file; the console gets one short line per
-        evaluation it made (or one line saying what it did)."""
+        evaluation it made (or one line saying what it did; `quiet`: nothing, the caller logs)."""
         s = self.state
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with open(self.run_dir / RUN_LOG, "a") as fh:
             fh.write(f"{stamp} team {s.team_index} round {s.round} {role.name} ({role.kind}) "
                      f"[{self.ledger.evaluations} evaluations, {self.ledger.total.total_tokens} tokens]: {account}\n")
+        if quiet:
+            return
         new = self.workspace.attempts[before:]
         best = self.progress().best_geomean
         for attempt in new:

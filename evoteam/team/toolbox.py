@@ -140,20 +140,38 @@ class Toolbox:
             raise ValueError(f"kind must be check or benchmark, got {kind!r}")
         workloads = list(workloads or self.settings.probe_workloads or self.settings.all_workloads)
         key = evaluation_key(source, workloads, kind, suffix)
-        known = self.workspace.find(key)
+        known = self.workspace.claim(key)  # answered from the journal, or by the thread already running it
         if known is not None:
             self.last_attempt = known
             return known
-        self.ledger.allow_evaluation()
-        attempt_id, folder = self.workspace.new_attempt_dir(source, suffix)
+        try:
+            self.ledger.reserve_evaluation()
+        except BaseException:
+            self.workspace.release(key)
+            raise
+        dispatch = {"key": key, "team": self.team_id, "role": self.role.name, "kind": kind, "origin": origin,
+                    "workloads": workloads}
+        attempt_id, _ = self.workspace.new_attempt_dir(source, suffix, dispatch)
+        return self.run_dispatched({"attempt_id": attempt_id, "suffix": suffix, **dispatch})
+
+    def run_dispatched(self, dispatch: dict) -> Attempt:
+        """Evaluate a dispatched attempt (its kernel file already in its folder; its budget reserved) and
+        journal it once; also what a resumed run does with the evaluations that were in flight."""
         s = self.settings
-        request = s.request(str(folder / f"kernel{suffix}"), workloads, check_only=kind == "check")
-        result = self.evaluator(request, s.timeout_s)
+        kernel = self.workspace.root / "attempts" / dispatch["attempt_id"] / f"kernel{dispatch['suffix']}"
+        request = s.request(str(kernel), dispatch["workloads"], check_only=dispatch["kind"] == "check")
+        try:
+            result = self.evaluator(request, s.timeout_s)
+        except BaseException:
+            self.ledger.release_evaluation()
+            self.workspace.release(dispatch["key"])
+            raise
         status, failure, speedups, statuses, noise, geomean = summarize_result(result)
-        attempt = Attempt(attempt_id=attempt_id, key=key, team=self.team_id, role=self.role.name, kind=kind,
-                          origin=origin, workloads=workloads, status=status, failure=failure, speedups=speedups,
+        attempt = Attempt(attempt_id=dispatch["attempt_id"], key=dispatch["key"], team=dispatch["team"],
+                          role=dispatch["role"], kind=dispatch["kind"], origin=dispatch["origin"],
+                          workloads=dispatch["workloads"], status=status, failure=failure, speedups=speedups,
                           statuses=statuses, noise=noise, geomean=geomean)
-        self.ledger.record_evaluation(self.team_id)
+        self.ledger.record_evaluation(dispatch["team"], result.placement)
         self.workspace.record(attempt, result.to_json())
         self.last_attempt = attempt
         return attempt

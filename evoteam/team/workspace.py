@@ -3,6 +3,8 @@ a strategy ledger and notes. Later teams (and resumed runs) read it; nothing is 
 
     <run>/workspace/attempts/<attempt_id>/kernel.py, result.json
     <run>/workspace/attempts.jsonl   one line per finished evaluation (the evaluation journal)
+    <run>/workspace/dispatched.jsonl one line per evaluation when it is dispatched (its id reserved): those
+                                     without a line in attempts.jsonl were in flight when a run stopped
     <run>/workspace/teams.jsonl      each team: spec, reason, expected effect, outcome, verdict
     <run>/workspace/strategy.jsonl   what was tried and what it gave, in order
     <run>/workspace/notes.md         the analysts' notes
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -60,11 +63,19 @@ class Workspace:
         self.teams_path = self.root / "teams.jsonl"
         self.strategy_path = self.root / "strategy.jsonl"
         self.notes_path = self.root / "notes.md"
+        self.dispatched_path = self.root / "dispatched.jsonl"
         self._attempts: list[Attempt] = [Attempt(**entry) for entry in read_journal(self.journal)]
+        self._dispatched: dict[str, dict] = {d["attempt_id"]: d for d in read_journal(self.dispatched_path)}
+        numbers = [int(i.split("-", 1)[0]) for i in [a.attempt_id for a in self._attempts] + list(self._dispatched)]
+        self._next = max(numbers, default=0) + 1
+        # One writer: the run's threads (roles of a parallel team) share this object; keys being evaluated
+        # make a second asker wait for the first one's result instead of running it again.
+        self._lock = threading.Condition()
+        self._pending: set[str] = set()
 
-    @staticmethod
-    def _append(path: Path, obj: dict) -> None:
-        append_journal(path, obj)
+    def _append(self, path: Path, obj: dict) -> None:
+        with self._lock:  # one writer of every journal, whichever thread of the run calls
+            append_journal(path, obj)
 
     # ------------------------------------------------------------------ attempts
     @property
@@ -74,14 +85,42 @@ class Workspace:
     def find(self, key: str) -> Attempt | None:
         return next((a for a in self._attempts if a.key == key), None)
 
-    def new_attempt_dir(self, source: str, suffix: str = ".py") -> tuple[str, Path]:
-        attempt_id = f"{len(self._attempts) + 1:04d}-{hashlib.sha256(source.encode()).hexdigest()[:8]}"
-        path = self.root / "attempts" / attempt_id
-        path.mkdir(parents=True, exist_ok=True)
-        for stale in path.glob("kernel.*"):  # an interrupted attempt of another language under this id
-            stale.unlink()
-        (path / f"kernel{suffix}").write_text(source)
-        return attempt_id, path
+    def claim(self, key: str) -> Attempt | None:
+        """The finished attempt of this evaluation key, waiting for it while another thread runs it; None:
+        the caller runs it (and must end with `record` or `release`)."""
+        with self._lock:
+            self._lock.wait_for(lambda: key not in self._pending)
+            known = self.find(key)
+            if known is None:
+                self._pending.add(key)
+            return known
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            self._pending.discard(key)
+            self._lock.notify_all()
+
+    def new_attempt_dir(self, source: str, suffix: str = ".py", dispatch: dict | None = None) -> tuple[str, Path]:
+        """A new attempt id (reserved: never given again, also after a resume) with its kernel file; with
+        `dispatch`, the journal of dispatched evaluations records it before it runs."""
+        with self._lock:
+            attempt_id = f"{self._next:04d}-{hashlib.sha256(source.encode()).hexdigest()[:8]}"
+            self._next += 1
+            path = self.root / "attempts" / attempt_id
+            path.mkdir(parents=True, exist_ok=True)
+            for stale in path.glob("kernel.*"):  # an interrupted attempt of another language under this id
+                stale.unlink()
+            (path / f"kernel{suffix}").write_text(source)
+            if dispatch is not None:
+                entry = {"attempt_id": attempt_id, "suffix": suffix, **dispatch}
+                self._dispatched[attempt_id] = entry
+                self._append(self.dispatched_path, entry)
+            return attempt_id, path
+
+    def in_flight(self) -> list[dict]:
+        """Dispatched evaluations with no finished attempt (in flight when the run last stopped), in order."""
+        done = {a.attempt_id for a in self._attempts}
+        return [d for i, d in sorted(self._dispatched.items()) if i not in done]
 
     def kernel_path(self, attempt_id: str) -> Path:
         """The attempt's kernel file: kernel.py, kernel.cu or kernel.cpp."""
@@ -95,9 +134,12 @@ class Workspace:
         return json.loads(path.read_text()) if path.is_file() else None
 
     def record(self, attempt: Attempt, full_result: dict) -> None:
-        (self.root / "attempts" / attempt.attempt_id / "result.json").write_text(json.dumps(full_result, indent=1))
-        self._append(self.journal, attempt.to_json())  # last: the journal line marks it finished
-        self._attempts.append(attempt)
+        with self._lock:
+            (self.root / "attempts" / attempt.attempt_id / "result.json").write_text(json.dumps(full_result, indent=1))
+            self._append(self.journal, attempt.to_json())  # last: the journal line marks it finished
+            self._attempts.append(attempt)
+            self._pending.discard(attempt.key)
+            self._lock.notify_all()
 
     # ------------------------------------------------------------------ teams, strategy, notes
     def record_team_start(self, record: TeamRecord) -> None:
@@ -113,7 +155,7 @@ class Workspace:
         self._append(self.strategy_path, entry)
 
     def add_note(self, text: str) -> None:
-        with open(self.notes_path, "a") as fh:
+        with self._lock, open(self.notes_path, "a") as fh:
             fh.write(text.rstrip() + "\n\n")
 
     def notes(self) -> str:

@@ -253,6 +253,7 @@ class Tracker(NullTracker):
             parent = [Metric(k, float(v), now, step) for k, v in tokens.items()]
         if parent:
             parent.append(Metric("wall_time_s", float(ledger.elapsed_s()), now, step))
+            parent.append(Metric("queue_s", float(ledger.queue_s), now, step))  # waiting for a GPU: not charged
         for i in range(0, len(parent), 900):
             self.client.log_batch(self.run_id, metrics=parent[i:i + 900])
         for rid, metrics in by_team.items():
