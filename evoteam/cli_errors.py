@@ -49,9 +49,11 @@ def _allowed_keys(full_key: str) -> str:
     schema = _schema_at(parent)
     if schema is None or not dataclasses.is_dataclass(schema):
         return ""
-    keys = [f.name for f in dataclasses.fields(schema)]
-    if not parent:
-        keys = [k for k in keys if k not in config.GROUPS] + [f"{g}.<key>" for g in config.GROUPS]
+    fields = dataclasses.fields(schema)
+
+    def is_node(f) -> bool:  # a nested section (a config group, or one like workspace): shown as name.<key>
+        return f.name in config.GROUPS or dataclasses.is_dataclass(f.default_factory)
+    keys = [f.name for f in fields if not is_node(f)] + [f"{f.name}.<key>" for f in fields if is_node(f)]
     return ", ".join(keys)
 
 

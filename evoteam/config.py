@@ -150,6 +150,13 @@ class ExecutorConfig:
 
 
 @dataclass
+class WorkspaceConfig:
+    # what a new run's shared workspace starts from: auto (the target's verified champion, else none),
+    # champion, none, a champion .json, or an earlier run's directory (evoteam.team.inherit)
+    inherit: str = "auto"
+
+
+@dataclass
 class TrackingConfig:
     backend: TrackingBackend = TrackingBackend.mlflow
     tracking_uri: str = DEFAULT_URI
@@ -166,6 +173,7 @@ class EvoteamConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     # graph (device time; the default), events (per call, host launch included); CPUs use cputime
     timing_mode: TimingMode = TimingMode.graph
     seed: int | None = None  # the search policy's seed; null draws one (recorded). Inputs use a secret per evaluation

@@ -202,7 +202,14 @@ def run(cfg: DictConfig) -> float | None:
     target = Target.resolve(cfg)  # everything that can refuse the run does so before the run writes anything
     cfg = target.cfg
     _check_cli_agents(cfg)
-    run_dir = run_dir or _new_run_dir(cfg)
+    from evoteam.team import inherit
+
+    inheritance = None if run_dir else inherit.resolve(cfg.workspace.inherit, target.task, target.hw)
+    copied = None
+    if run_dir is None:
+        run_dir = _new_run_dir(cfg)
+        if inheritance.kind == "run":
+            copied = inherit.copy_run(Path(inheritance.source), run_dir / "workspace", [w.uuid for w in target.workloads])
     settings = HarnessSettings.from_config(cfg, target.hw, target.task, target.workloads)
     ledger = Ledger.from_config(cfg.budget, cfg.llm)
     brief = task_brief(target.task, target.hw, target.workloads, cfg.task.baseline, settings.timing_mode)
@@ -218,9 +225,11 @@ def run(cfg: DictConfig) -> float | None:
     if llm:
         print(f"evoteam: every LLM member starts from the task brief in {run_dir / 'brief.md'} "
               f"({count_tokens(llm.task_brief, model)} tokens)", flush=True)
-    tracker = tracking.open_tracker(cfg, run_dir, tags={
-        "hardware": target.hw.name, "task": target.task.name, "budget_mode": cfg.budget.mode.value,
-        "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": settings.timing_mode})
+    tags = {"hardware": target.hw.name, "task": target.task.name, "budget_mode": cfg.budget.mode.value,
+            "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": settings.timing_mode}
+    if inheritance is not None:
+        tags["inherit"] = inheritance.describe()  # every preset of a comparison starts from the same
+    tracker = tracking.open_tracker(cfg, run_dir, tags=tags)
     tracker.start(config_file=run_dir / "config.yaml")  # before any LLM call: autologging traces them
     team_run = TeamRun(run_dir=run_dir, task=target.task, workloads=target.workloads, settings=settings,
                        ledger=ledger, preset=preset, space=target.search_space(),
@@ -234,6 +243,10 @@ def run(cfg: DictConfig) -> float | None:
           f"{target.hw.name}; team {cfg.team.preset.value}; llm {model}{'; agents ' + ', '.join(agents) if agents else ''}; budget {cfg.budget.mode.value}: "
           f"{ledger.token_budget} tokens, {ledger.max_evaluations} evaluations; seed {cfg.seed}; run dir {run_dir}",
           flush=True)
+    if inheritance is not None:
+        print(f"evoteam: {inherit.describe_for_log(inheritance, copied)}", flush=True)
+        if inheritance.kind == "champion":
+            team_run.inherit_champion(inheritance.source)
     if llm:
         llm.continue_after_checkpoint()
     _search(team_run, tracker, run_dir)

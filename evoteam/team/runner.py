@@ -29,6 +29,7 @@ from evoteam.task import shape_label
 from evoteam.team.agent import TurnContext
 from evoteam.team.brief import state_brief
 from evoteam.team.budget import BudgetExceeded, Ledger
+from evoteam.team.inherit import INHERITED_TEAM
 from evoteam.team.journal import TeamOutcome, TeamRecord
 from evoteam.team.offline import OfflineAgent, SearchSpace
 from evoteam.team.progress import Progress, progress_of
@@ -105,7 +106,7 @@ class TeamRun:
         self.ledger.total = Usage.from_json(s.tokens_total) if s.tokens_total else Usage()
         self.ledger.by_team = {k: Usage.from_json(v) for k, v in s.tokens_by_team.items()}
         self.ledger.by_role = {k: Usage.from_json(v) for k, v in s.tokens_by_role.items()}
-        attempts = self.workspace.attempts
+        attempts = [a for a in self.workspace.attempts if a.team != INHERITED_TEAM]  # inherited: never charged
         self.ledger.evaluations = len(attempts)
         self.ledger.evaluations_by_team = {}
         for a in attempts:
@@ -139,8 +140,20 @@ class TeamRun:
 
     def _toolbox(self, team_id: str, role) -> Toolbox:
         extra = {"evaluator": self.evaluator} if self.evaluator is not None else {}
-        return Toolbox(self.workspace, self.settings, self.ledger, team_id, role, labels=self.labels,
+        # what is inherited is measured outside every team's budget
+        ledger = Ledger(0, 10**9, float("inf")) if team_id == INHERITED_TEAM else self.ledger
+        return Toolbox(self.workspace, self.settings, ledger, team_id, role, labels=self.labels,
                        ceiling_tbs=self.bandwidth_ceiling_tbs, **extra)
+
+    def inherit_champion(self, path: str) -> None:
+        """A new run's first attempt: the champion on every workload of the run, as the team `inherited`."""
+        from evoteam.team.inherit import champion_origin, champion_source
+        from evoteam.team.spec import RoleSpec
+
+        toolbox = self._toolbox(INHERITED_TEAM, RoleSpec("inherited", "generalist", model="offline"))
+        attempt = toolbox.evaluate(champion_source(path), champion_origin(path), "benchmark",
+                                   [w.uuid for w in self.workloads])
+        self.log(progress_line(attempt, self.ledger, attempt.geomean))
 
     def _context(self) -> TurnContext:
         progress = self.progress()
@@ -185,8 +198,9 @@ class TeamRun:
             return
         self.log(f"resuming: {len(pending)} evaluation(s) were in flight; running them again")
         role = self.state.spec.turn_order[0]
-        for _ in pending:
-            self.ledger.in_flight += 1  # reserved when they were dispatched: counted before they run
+        for d in pending:
+            if d["team"] != INHERITED_TEAM:
+                self.ledger.in_flight += 1  # reserved when they were dispatched: counted before they run
         with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="evoteam-resume") as pool:
             for attempt in pool.map(lambda d: self._toolbox(d["team"], role).run_dispatched(d), pending):
                 self.log(progress_line(attempt, self.ledger, self.progress().best_geomean))

@@ -1,0 +1,84 @@
+"""workspace.inherit: a new run's shared workspace starts from the task's champion or an earlier run's
+finished evaluations, measured outside every team's budget, recorded in MLflow, and kept by the final
+dispatch wherever no team does better."""
+
+import json
+import os
+
+import pytest
+
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+from evoteam import hardware  # noqa: E402
+from evoteam.errors import UserError  # noqa: E402
+from evoteam.schema import read_journal  # noqa: E402
+from evoteam.task import load_task  # noqa: E402
+from evoteam.team.inherit import INHERITED_TEAM, resolve  # noqa: E402
+
+from conftest import REPO, run_evoteam  # noqa: E402
+
+CHAMPION = REPO / "kernels" / "mla_decode" / "champion_h200.json"
+
+
+def test_what_inherit_resolves_to_and_its_one_line_errors(tmp_path):
+    task, cpu, h200 = load_task("mla_decode"), hardware.load_spec("cpu"), hardware.load_spec("h200")
+    assert resolve("auto", task, cpu).kind == "none"  # no champion for a CPU
+    auto = resolve("auto", task, h200)  # the H200 champion, its family verified there
+    assert (auto.kind, auto.source) == ("champion", str(CHAMPION))
+    assert resolve("none", task, h200).kind == "none"
+    for bad, words in (("champion", "no champion for cpu"), (str(tmp_path), "neither a champion file nor a run"),
+                       (str(REPO / "pyproject.toml"), "neither a champion file")):
+        with pytest.raises(UserError) as err:
+            resolve(bad, task, cpu)
+        assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+    with pytest.raises(UserError, match="a champion of task mla_decode, not kda_prefill"):
+        resolve(str(CHAMPION), load_task("kda_prefill"), cpu)
+
+
+def _attempts(run_dir):
+    return read_journal(run_dir / "workspace" / "attempts.jsonl")
+
+
+def test_a_run_inherits_an_earlier_runs_evaluations_and_keeps_the_better_kernels(tmp_path):
+    common = ["hardware=cpu", "task.workloads=[00cb2bc2]", "team=single", "tracking=none"]
+    first = tmp_path / "first"
+    proc = run_evoteam(*common, "budget.max_evaluations=2", "seed=3", f"run_dir={first}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    earlier = _attempts(first)
+    second = tmp_path / "second"
+    proc = run_evoteam(*common, "budget.max_evaluations=1", "seed=4", f"workspace.inherit={first}",
+                       f"run_dir={second}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"the workspace starts from {len(earlier)} finished evaluation(s) of {first}" in proc.stdout
+    attempts = _attempts(second)
+    inherited = attempts[:len(earlier)]
+    assert [a["attempt_id"] for a in inherited] == [a["attempt_id"] for a in earlier]
+    assert all(a["team"] == INHERITED_TEAM for a in inherited)
+    own = attempts[len(earlier):]
+    assert len(own) == 1  # the team's budget (1 evaluation) is its own: the inherited ones are not charged
+    assert own[0]["attempt_id"] not in {a["attempt_id"] for a in earlier}  # no id given twice
+    dispatch = json.loads((second / "final" / "dispatch.json").read_text())
+    (uuid,) = dispatch
+    passed = [a for a in attempts if a["status"] == "PASSED" and uuid in a["speedups"]]
+    best = max(passed, key=lambda a: a["speedups"][uuid])
+    assert list(dispatch.values()) == [best["attempt_id"]]  # the best measured kernel, inherited or not
+
+
+def test_a_run_starts_from_a_champion_measured_once_and_recorded(tmp_path):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    run_dir = tmp_path / "run"
+    proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2]", "team=single", "budget.max_evaluations=1",
+                       "seed=5", f"workspace.inherit={CHAMPION}", f"tracking.tracking_uri={uri}",
+                       f"run_dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    attempts = _attempts(run_dir)
+    first = attempts[0]
+    assert first["team"] == INHERITED_TEAM and first["origin"]["inherited"] == "champion_h200.json"
+    assert first["origin"]["family"] == "flashdecode" and first["status"] == "PASSED"
+    assert len(attempts) == 2  # the champion, then the team's one evaluation
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("evoteam").experiment_id],
+                                "tags.`evoteam.kind` = 'run'")
+    assert run.data.tags["evoteam.inherit"] == f"champion:{CHAMPION}"
