@@ -36,7 +36,7 @@ from typing import Any
 
 from evoteam.errors import UserError
 from evoteam.hardware import HardwareSpec
-from evoteam.harness.executor import LOG_TAIL_CHARS, evaluate
+from evoteam.harness.executor import LOG_TAIL_CHARS, evaluate, visible_devices
 from evoteam.harness.model import EvalRequest, EvalResult
 from evoteam.harness.sandbox import CONTAINER_LIMITS_ENV
 
@@ -96,17 +96,10 @@ def _is_podman(client) -> bool:
         return False
 
 
-VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-
-
 def assigned_gpu() -> str | None:
     """The GPU a scheduler gave this process (Ray's task, the local device pool), as its visible-devices
     variable names it; None where none is named (the container then gets the target's default request)."""
-    for name in VISIBLE_DEVICE_VARIABLES:
-        value = os.environ.get(name, "").split(",")[0].strip()
-        if value:
-            return value
-    return None
+    return next(iter(visible_devices()), None)
 
 
 def host_config(hw: HardwareSpec, memory_gib: float, pids_limit: int, podman: bool = True,

@@ -82,6 +82,18 @@ class _LocalJudge:
             return ""
 
 
+VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def visible_devices() -> list[str]:
+    """The GPU ids this process's visible-devices variable names (the first one set); [] where none is set."""
+    for name in VISIBLE_DEVICE_VARIABLES:
+        ids = [d.strip() for d in os.environ.get(name, "").split(",") if d.strip()]
+        if ids:
+            return ids
+    return []
+
+
 class DevicePool:
     """The accelerators evaluations may use, one evaluation per device at a time: `device()` waits for a
     free one and takes the first free in order, so work of one evaluation at a time always runs on the
@@ -94,12 +106,12 @@ class DevicePool:
 
     @classmethod
     def visible(cls, gpu: bool) -> DevicePool | None:
-        """Every GPU this process sees (CUDA_VISIBLE_DEVICES where set); None on a CPU target."""
+        """Every GPU this process sees (its visible-devices variable where set); None on a CPU target."""
         if not gpu:
             return None
-        named = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES")
+        named = visible_devices()
         if named:
-            return cls([d.strip() for d in named.split(",") if d.strip()])
+            return cls(named)
         import torch
 
         return cls([str(i) for i in range(max(1, torch.cuda.device_count()))])

@@ -97,20 +97,11 @@ def copy_run(source: Path, workspace_root: Path, workloads: list[str]) -> int:
     return copied
 
 
-def champion_origin(path: str) -> dict:
+def champion_origin(champion, path: str) -> dict:
     """The champion as an attempt's origin: its family and default point (what the offline tuner starts from)."""
-    from evoteam.families import load_champion
-
-    champion = load_champion(Path(path))
     params = {**champion.family.default, **champion.params}
     return {"inherited": Path(path).name, "family": champion.family.name, "params": params,
             "dispatch_entries": len(champion.dispatch)}
-
-
-def champion_source(path: str) -> str:
-    from evoteam.families import load_champion
-
-    return load_champion(Path(path)).source()
 
 
 def describe_for_log(inheritance: Inheritance, copied: int | None = None) -> str:

@@ -147,11 +147,13 @@ class TeamRun:
 
     def inherit_champion(self, path: str) -> None:
         """A new run's first attempt: the champion on every workload of the run, as the team `inherited`."""
-        from evoteam.team.inherit import champion_origin, champion_source
+        from evoteam.families import load_champion
+        from evoteam.team.inherit import champion_origin
         from evoteam.team.spec import RoleSpec
 
+        champion = load_champion(Path(path))
         toolbox = self._toolbox(INHERITED_TEAM, RoleSpec("inherited", "generalist", model="offline"))
-        attempt = toolbox.evaluate(champion_source(path), champion_origin(path), "benchmark",
+        attempt = toolbox.evaluate(champion.source(), champion_origin(champion, path), "benchmark",
                                    [w.uuid for w in self.workloads])
         self.log(progress_line(attempt, self.ledger, attempt.geomean))
 

@@ -180,8 +180,8 @@ class Toolbox:
     def write_kernel(self, name: str, source: str) -> str:
         if not name or "/" in name or name.startswith("."):
             return "error: name must be a plain file name, e.g. v1.py"
-        if _language_error(name):
-            return _language_error(name)
+        if error := _language_error(name):
+            return error
         self.drafts[name] = source
         if not name.endswith(".py"):  # the sandbox is the guarantee; the static scan reads Python only
             return f"written {name} ({len(source.splitlines())} lines); compiled with the target's compiler when run"
@@ -203,12 +203,12 @@ class Toolbox:
         source = self._source(name)
         if source is None:
             return f"error: no kernel named {name}; write it first with write_kernel"
-        if _language_error(name):
-            return _language_error(name)
+        if error := _language_error(name):
+            return error
         chosen = self._resolve_workloads(workloads)
         if isinstance(chosen, str):
             return chosen
-        attempt = self.evaluate(source, {"llm_file": name}, kind, chosen, Path(name).suffix or ".py")
+        attempt = self.evaluate(source, {"llm_file": name}, kind, chosen, Path(name).suffix)
         return self.report(attempt)
 
     def report(self, attempt: Attempt) -> str:
@@ -237,10 +237,10 @@ class Toolbox:
         source = self._source(name)
         if source is None:
             return f"error: no kernel named {name}"
-        if _language_error(name):
-            return _language_error(name)
+        if error := _language_error(name):
+            return error
         attempt = self.evaluate(source, {"llm_file": name, "submitted": True}, "benchmark",
-                                suffix=Path(name).suffix or ".py")
+                                suffix=Path(name).suffix)
         self.submitted.append(attempt.attempt_id)
         self.workspace.record_strategy({"team": self.team_id, "role": self.role.name, "submitted": attempt.attempt_id,
                                         "note": note, "status": attempt.status, "geomean": attempt.geomean})
