@@ -140,6 +140,9 @@ class Arena:
         self.buffers.clear()
 
 
+_REGISTERED_PAGES: list[mmap.mmap] = []  # one 4 KiB page per runner the judge started on a GPU
+
+
 class FlagPage:
     """A host page of 32-bit words shared with a runner (memfd), registered for the GPU where there
     is one: `ready` (the runner's context is resident and waiting), `release` (the judge's start
@@ -170,7 +173,14 @@ class FlagPage:
 
     def close(self) -> None:
         self.words.release()
-        if not self.device_address:  # a registered page stays mapped until the process ends
+        if self.device_address:
+            # A registered page stays mapped, and referenced, until the process ends: the GPU may still hold the
+            # registration (a stream write queued for a runner that died). Unreferenced, its mmap would be freed,
+            # the next page could land on the same addresses, and cuMemHostRegister would refuse them (CUDA error
+            # 712, "already mapped") for every later runner of this judge: the likely cause of that error on the
+            # H200 on 2026-12-02, after a runner restart.
+            _REGISTERED_PAGES.append(self.page)
+        else:
             self.page.close()
         os.close(self.fd)
 
