@@ -25,3 +25,21 @@ use_bwrap() {
     > /tmp/bw/bwrap && chmod +x /tmp/bw/bwrap
   export PATH=/tmp/bw:$PATH
 }
+
+# use_flashkda [SAVE.tgz]: FlashKDA for the flashkda baseline, where flash_kda does not import: a build saved by an
+# earlier call (.flashkda/built.tgz) unpacked into /tmp/site, else built from the source archive in .flashkda/
+# (git archive of https://github.com/MoonshotAI/FlashKDA) by scripts/build_flashkda.sh, saved to SAVE.tgz if given.
+# Call use_wheels first (the nvidia-cutlass wheel in .whl/ gives the CUTLASS headers).
+use_flashkda() {
+  python3 -c 'import flash_kda' 2>/dev/null && return 0
+  if [ -f .flashkda/built.tgz ]; then
+    mkdir -p /tmp/site && tar xzf .flashkda/built.tgz -C /tmp/site
+  else
+    local src
+    src=$(ls .flashkda/FlashKDA*.tar.gz 2>/dev/null | head -1)
+    [ -n "$src" ] || { echo "no flash_kda, no .flashkda/built.tgz and no .flashkda/FlashKDA*.tar.gz to build it from" >&2; return 1; }
+    FLASHKDA_SAVE=${1:-} bash scripts/build_flashkda.sh "$src" /tmp/site || return 1
+  fi
+  case ":${PYTHONPATH:-}:" in *:/tmp/site:*) ;; *) export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} ;; esac
+  python3 -c 'import flash_kda'
+}

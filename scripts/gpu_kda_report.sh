@@ -9,10 +9,18 @@
 #            the 24 workloads, events, side by side (checker on every workload; about 4-5 minutes each,
 #            fla's autotuning on a cold machine included)
 #   bench    all 24 in one call (over 8 minutes on a cold machine: only where the call limit allows)
+#   flashkda FlashKDA built (scripts/build_flashkda.sh, from .flashkda/; the build is saved in OUT/flashkda-built.tgz
+#            for a later call to carry as .flashkda/built.tgz) and probed next to the kernel on two bounded-gate
+#            workloads (one with an initial state): the profiler's kernel names show that FlashKDA's own kernels ran, errors vs the reference
+#   fkbench1, fkbench2   the kernel vs FlashKDA on the 11 bounded-gate workloads (the only gate FlashKDA has),
+#            graph replay (device time) with CUDA events as the second figure: two runs, one machine start
+#   flabig1, flabig2   the kernel vs fla on the 17 workloads of 8k tokens or more, graph replay where fla's call
+#            captures (else events, as the verdict records), events as the second figure
 #   sweep1 .. sweepN   shard K of ${SWEEP_SHARDS:-4} of the family's space (python -m evoteam.sweep;
 #            fla's times from the baseline cache that bench1/bench2 filled while the machine stays
 #            warm); SWEEP_ARGS adds arguments, e.g. SWEEP_ARGS='--space {"BV":[16,64]}'
 # Usage from the repository root: bash scripts/gpu_kda_report.sh OUT_DIR [probe|bench1|bench2|bench|sweepK ...]
+# BENCH_TIMEOUT=S stops each fkbench/flabig bench after S seconds (its log keeps the workloads done).
 # AUTOTUNE_IN=FILE.tgz restores fla's autotuning results saved by an earlier call in OUT_DIR/autotune.tgz
 # (carry it in an ignored folder, e.g. .device-cache/; on 2026-11-30 a cold bench1 spent 390 s tuning).
 # Needs fla-core: pip install -e .[cuda], or the wheels of scripts/fetch_wheels.sh in .whl
@@ -24,6 +32,7 @@ parts=${*:-probe}
 mkdir -p "$out"
 . "$(dirname "$0")/device_env.sh"
 use_wheels fla || exit 1
+use_bwrap || exit 1  # the candidates' sandbox (bubblewrap), from .devtools/ where the host lacks it
 export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=/tmp/kda-evoteam-cache TRITON_CACHE_AUTOTUNING=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kda-triton-cache}
 # fla's autotuning results (Triton's *.autotune.json) outlive the machine in $out/autotune.tgz; a later
@@ -45,6 +54,13 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 echo "kernel: $kernel"
 first12="15208288 663e61c0 502a9ea8 76e6b061 e018eb06 81ef577b 1bf9de19 efbdc890 25d16f3d df87a189 1476db7b b9321a1b"
 last12="d8c3b3c2 352f53c5 daa0a7a7 5237e6bd 2198036f 0663b73b 92e4a537 8cfd1d8d 735d7f72 6c261a07 17ae6ae2 c6398207"
+bounded="663e61c0 e018eb06 efbdc890 25d16f3d 1476db7b 352f53c5 5237e6bd 0663b73b 8cfd1d8d 6c261a07 c6398207"
+long="1bf9de19 efbdc890 25d16f3d df87a189 1476db7b b9321a1b 352f53c5 daa0a7a7 5237e6bd 2198036f 0663b73b 92e4a537
+8cfd1d8d 735d7f72 6c261a07 17ae6ae2 c6398207"
+versus() {  # $1: part name, $2: baseline, then the workloads: graph replay, events as the second figure
+  timeout "${BENCH_TIMEOUT:-0}" python3 -m evoteam.bench "$kernel" --task kda_prefill --baseline "$2" --timing graph --warmup 3 --reps 20 \
+    --label chunk --json "$out/$1.json" --workloads "${@:3}" 2>&1 | tee "$out/$1.log"
+}
 bench() {  # $1: json name, then more evoteam.bench arguments
   python3 -m evoteam.bench "$kernel" --task kda_prefill --baseline fla --timing events --warmup 3 --reps 20 \
     --label chunk --json "$out/$1" "${@:2}"
@@ -58,6 +74,14 @@ for part in $parts; do
     bench1) bench bench1.json --workloads $first12 2>&1 | tee "$out/bench1.log" ;;
     bench2) bench bench2.json --workloads $last12 2>&1 | tee "$out/bench2.log" ;;
     bench) bench bench.json 2>&1 | tee "$out/bench.log" ;;
+    flashkda)
+      use_flashkda "$out/flashkda-built.tgz" >"$out/flashkda-build.log" 2>&1; rc=$?
+      tail -4 "$out/flashkda-build.log"; [ $rc = 0 ] || exit 1
+      python3 scripts/kda_probe.py "$kernel" --check --deadline ${PROBE_DEADLINE:-300} --baseline flashkda \
+        --workloads efbdc890 25d16f3d --json "$out/flashkda-probe.json" 2>&1 | grep -v Warning | tee "$out/flashkda-probe.log"
+      grep -q "_flash_kda_fwd" "$out/flashkda-probe.log" || { echo "FlashKDA's kernels were not seen" >&2; exit 1; } ;;
+    fkbench[1-9]) use_flashkda || exit 1; versus "$part" flashkda $bounded ;;
+    flabig[1-9]) versus "$part" fla $long ;;
     sweep[1-9])
       k=${part#sweep}
       python3 -m evoteam.sweep --task kda_prefill --family chunk --shard "$k/${SWEEP_SHARDS:-4}" \

@@ -1,10 +1,10 @@
 """Where a KDA prefill kernel's time goes on a GPU: device time per launch (profiler), CUDA events
 around one call (the harness's mode), graph replay, host time of one call, the compiled kernels'
-registers, spills and shared memory; optionally fla's chunk_kda next to it and errors against the
-reference. For the design note's prediction-versus-measurement table; not a verdict (use evoteam.bench).
+registers, spills and shared memory; optionally library baselines next to it (fla's chunk_kda, FlashKDA: their
+per-launch kernel names show which library code really ran) and errors against the reference. For the design note's prediction-versus-measurement table; not a verdict (use evoteam.bench).
 
     python scripts/kda_probe.py [KERNEL.py] [--points '[{}, {"BV": 16}]'] [--workloads PREFIX ...]
-                                [--fla] [--check] [--json OUT.json]
+                                [--baseline fla --baseline flashkda] [--check] [--json OUT.json]
 
 For each point (PARAMS overrides of the kernel file; default: the file as it is) and workload, on
 fresh random inputs (the task's make_inputs):
@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = probes.parser(__doc__.splitlines()[0], DEFAULT_WORKLOADS, reps=20)
     p.add_argument("kernel", nargs="?", default=str(ROOT / "kernels/kda_prefill/chunk_triton.py"))
-    p.add_argument("--fla", action="store_true", help="time fla's chunk_kda too (first call per shape autotunes)")
+    p.add_argument("--baseline", action="append", default=[],
+                   help="time a baseline adapter too (repeatable): fla (the first call per shape autotunes), flashkda")
     p.add_argument("--check", action="store_true", help="errors against the fp32 reference (slow on long sequences)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     probes.arm_deadline(args.deadline)
@@ -75,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     variants = load_variants(Path(args.kernel), json.loads(args.points), Path(tempfile.mkdtemp(prefix="kda-probe-")),
                              "kda_probe")
     modules = {json.dumps(point, separators=(",", ":")): module for point, module in variants}
-    fla = None
-    if args.fla:
+    libraries = {}
+    for name in args.baseline:
         try:
-            fla = baselines.create("fla", task, hw)
+            libraries[name] = baselines.create(name, task, hw)
         except Exception as exc:  # noqa: BLE001
-            print(f"fla unavailable: {exc}")
+            print(f"{name} unavailable: {exc}")
     print(f"{hw.name}: copy ceiling {hw.bandwidth_ceiling_tbs} TB/s; {torch.cuda.get_device_name()}; "
           f"torch {torch.__version__}", flush=True)
 
@@ -103,10 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, mod in modules.items():
             outs[name] = new_outs()
             callables[name] = (lambda i, mod=mod, o=outs[name], inp=inputs: mod.run(**inp, **o))
-        if fla is not None:
-            run_fla = fla.prepare(task, w, inputs)
-            outs["fla"] = new_outs()
-            callables["fla"] = (lambda i, o=outs["fla"], f=run_fla, inp=inputs: f(**inp, **o))
+        for name, library in libraries.items():
+            try:
+                run_library = library.prepare(task, w, inputs)
+            except baselines.BaselineUnavailable as exc:
+                print(f"{w.uuid[:8]} {name}: {exc}")
+                continue
+            outs[name] = new_outs()
+            callables[name] = (lambda i, o=outs[name], f=run_library, inp=inputs: f(**inp, **o))
         for name, fn in callables.items():  # compile, autotune, warm
             t0 = time.perf_counter()
             fn(0)
@@ -131,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                     a, b = outs[name][out].double(), ref[out].double()
                     row[f"{out}_rel_err"] = ((a - b).norm() / b.norm()).item()
             rows.append(row)
-            launches = "  ".join(f"{k[:14]} {v:.0f}" for k, v in sorted(per.items()))
+            launches = "  ".join(f"{k.removeprefix('void ')[:32]} {v:.0f}" for k, v in sorted(per.items()))
             errs = (f"  err o {row['o_rel_err']:.1e} state {row['final_state_rel_err']:.1e}"
                     if ref is not None else "")
             print(f"{row['workload']} {row['shape'][:40]:40} {name[:40]:40} first {first_s:5.1f} s  host "

@@ -601,3 +601,20 @@ def test_the_element_rule_and_recorded_errors_are_flashinfer_benchs():
         assert failure.check == "nan_inf"
         assert errors.to_json()["max_absolute_error"] == recorded == errors.to_json()["max_relative_error"]
         assert json.loads(json.dumps(errors.to_json(), allow_nan=False))  # strict JSON
+
+
+def test_a_baselines_own_check_widens_only_the_element_wise_bounds():
+    """`own_check_factor` (a library baseline's own output, e.g. FlashKDA at lower precision): a few elements past
+    atol pass at 2x, the relative-norm bound is the task's whatever the factor, and a candidate's check is unchanged."""
+    from evoteam.harness.check import compare_with_reference
+
+    task = load_task("kda_prefill")
+    tol = task.tolerance("final_state")
+    ref = {"o": torch.zeros(4, 2, 128, dtype=torch.bfloat16), "final_state": torch.full((1, 2, 128, 128), 1.0)}
+    out = {k: v.clone() for k, v in ref.items()}
+    out["final_state"][0, 1, 7, 3] += 1.5 * (tol.atol + tol.rtol)  # one element 1.5x past the bound
+    assert compare_with_reference(task, out, ref, 0)[0].check == "mismatch"
+    assert compare_with_reference(task, out, ref, 0, elementwise_factor=2.0)[0] is None
+    out["final_state"] += 2 * tol.max_rel_norm  # every element off by twice the relative-norm bound
+    failure, _ = compare_with_reference(task, out, ref, 0, elementwise_factor=10.0)
+    assert failure is not None and failure.check == "rel_norm"

@@ -10,7 +10,8 @@ destination-passing callable `fn(**inputs, **outputs)`.
                          backend=auto|fa2|fa3, plan=cached (kernel only) | per_call (plan() + run(),
                          timed with the host clock because plan() does host work)
   fla                  fla-core's chunk_kda on its Triton path (FlashKDA routing disabled)
-  flashkda             FlashKDA (CUTLASS, sm_90a/sm_100a; bounded gate only) when flash_kda imports
+  flashkda             FlashKDA's flash_kda.fwd (CUTLASS, sm_90a/sm_100a; bounded gate only) when flash_kda
+                       imports (scripts/build_flashkda.sh builds it from its source)
   vllm                 vLLM's KDA kernel when vllm imports
   aiter                AITER's MLA decode on ROCm when aiter imports (UNVERIFIED: no AMD GPU here)
 """
@@ -48,6 +49,10 @@ class Baseline:
     module = ""  # the import that must work
     distribution = ""  # the PyPI distribution, for the version
     timing_mode_override: str | None = None
+    # The judge checks a baseline's own output before its time counts: an adapter bug would make every speedup
+    # meaningless. Element-wise it allows this multiple of the task's atol and rtol (the relative-norm bound and
+    # NaN/Inf stay as they are), for a library that computes the same operation at a lower precision.
+    own_check_factor: float = 1.0
 
     def __init__(self, **options: Any):
         if options:
@@ -158,10 +163,8 @@ class FlaChunkKDA(Baseline):
     module = "fla.ops.kda"
     distribution = "fla-core"
 
-    flash_kda_routing = "0"  # time fla's own Triton path even where flash_kda is installed
-
     def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
-        os.environ["FLA_FLASH_KDA"] = self.flash_kda_routing
+        os.environ["FLA_FLASH_KDA"] = "0"  # fla's own Triton path even where flash_kda is installed
         from fla.ops.kda import chunk_kda
 
         cu_seqlens = inputs["cu_seqlens"].to(torch.long)
@@ -181,23 +184,43 @@ class FlaChunkKDA(Baseline):
         return run
 
 
-class FlashKDA(FlaChunkKDA):
-    """FlashKDA through fla's routing (chunk_kda hands bounded-gate bf16 K=V=128 calls to flash_kda)."""
+class FlashKDA(Baseline):
+    """FlashKDA's own entry point, `flash_kda.fwd`, called directly. Not through fla's chunk_kda: fla 0.6.0
+    hands off to FlashKDA only under torch.inference_mode() and otherwise runs its own Triton path under
+    this name without a word (its log says `flash_kda rejected: FlashKDA only supports inference mode`).
+    FlashKDA takes the raw gate and beta logits and L2-normalises q and k itself, as this task's
+    definition does; it keeps the state as [N, H, V, K], so the adapter transposes the initial state in
+    and the final state out (inside the timed region: the layout is part of what a caller pays)."""
 
     name = "flashkda"
+    tasks = ("kda_prefill",)
+    backends = ("cuda",)
     module = "flash_kda"
     distribution = "flash-kda"
-    backends = ("cuda",)
-    flash_kda_routing = "1"
-
-    def unavailable_reason(self, task: Task, hw: HardwareSpec) -> str | None:
-        return super().unavailable_reason(task, hw) or (
-            None if importlib.util.find_spec("fla") else "fla-core does not import (FlashKDA is reached through it)")
+    # FlashKDA accumulates parts of its (I + A)^-1 products in fp16 (its tests' torch_ref: matmul_fp16acc).
+    # On the H200 (2026-12-02) its relative errors were 7.9e-3 (o) and 7.1e-3 (final_state), inside the task's
+    # 1e-2, but 1-3 final_state elements of the 1k and 4k bounded workloads missed the element-wise bound
+    # (|err| up to 0.045 against atol 0.03 at |ref| 1.65).
+    own_check_factor = 2.0
 
     def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
         if not workload.inputs["bounded_gate"].value:
             raise BaselineUnavailable("FlashKDA supports only the bounded gate")
-        return super().prepare(task, workload, inputs)
+        import flash_kda
+
+        cu_seqlens = inputs["cu_seqlens"].to(torch.long)
+        n, h, dk, dv = inputs["initial_state"].shape
+        final_vk = torch.empty((n, h, dv, dk), dtype=torch.float32, device=cu_seqlens.device)
+
+        def run(**kw: Any) -> None:
+            init = kw["initial_state"].transpose(-1, -2).contiguous() if kw["has_initial_state"] else None
+            flash_kda.fwd(kw["q"].unsqueeze(0), kw["k"].unsqueeze(0), kw["v"].unsqueeze(0),
+                          kw["g_raw"].unsqueeze(0), kw["beta_logits"].unsqueeze(0), float(kw["scale"]),
+                          kw["o"].unsqueeze(0), kw["A_log"], kw["dt_bias"], float(kw["lower_bound"]),
+                          initial_state=init, final_state=final_vk, cu_seqlens=cu_seqlens)
+            kw["final_state"].copy_(final_vk.transpose(-1, -2))
+
+        return run
 
 
 def kda_gate(g_raw: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, bounded: bool,

@@ -199,10 +199,10 @@ class CallSets:
                     return f"{name}: {count} of {out.numel()} elements never written (call {j} of the batch)"
         return None
 
-    def verify(self, j: int, trial: int):
+    def verify(self, j: int, trial: int, elementwise_factor: float = 1.0):
         """Every output element of set j against the reference computed from the judge's copy."""
         reference = self.task.reference(self.pristine[j])
-        return compare_with_reference(self.task, self.outputs[j], reference, trial)
+        return compare_with_reference(self.task, self.outputs[j], reference, trial, elementwise_factor)
 
     def inputs_unchanged(self, sets: list[int], trial: int):
         shared_done = False

@@ -86,6 +86,15 @@ def derive(secret: int, *parts: object) -> int:
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "little") & ((1 << 63) - 1)
 
 
+def baseline_check_factor(name: str) -> float:
+    """How widely the judge checks this baseline's own output element-wise (its adapter's `own_check_factor`),
+    read here from the adapter's class, not from the baseline runner."""
+    from evoteam.harness import baselines
+
+    adapter = baselines.ADAPTERS.get(name)
+    return float(adapter.own_check_factor) if adapter is not None else 1.0
+
+
 def _median(values: list[float]) -> float:
     values = sorted(values)
     n = len(values)
@@ -603,11 +612,13 @@ class Judge:
                         interval, reply, _ = self._call(base, calls_b, sets, deadline, arm=arm)
                         if reply.get("ok") and not baseline_checked:
                             baseline_checked = True
-                            failure, _errors = calls_b.verify(0, rnd)
+                            factor = baseline_check_factor(self.request.baseline)
+                            failure, _errors = calls_b.verify(0, rnd, factor)
                             if failure is not None:
+                                widened = f" at {factor:g}x the element-wise tolerance" if factor != 1.0 else ""
                                 result.status = Status.HARNESS_ERROR
-                                result.detail = (f"the baseline's own output is wrong ({failure.check}: {failure.detail}); "
-                                                 f"its time is not a reference")
+                                result.detail = (f"the baseline's own output is wrong{widened} ({failure.check}: "
+                                                 f"{failure.detail}); its time is not a reference")
                                 return None
                     else:
                         calls_c.refresh(sets, seed)
