@@ -201,6 +201,26 @@ class Champion:
         text = apply_params(self.family.path.read_text(), self.params)
         return set_literal(text, DISPATCH_NAME, self.dispatch, str(self.family.path))
 
+    def points_by_workload(self, workloads: list) -> dict[str, dict[str, Any]]:
+        """The point the champion runs on each workload (uuid -> params), by its family's own rule: the file's
+        `params_for(<workload axes>)`, which the kernel applies at run time (nearest table entry over PARAMS).
+        A family file without `params_for` runs PARAMS everywhere."""
+        import inspect
+        import tempfile
+
+        from evoteam.task import load_module_from_path
+
+        params = {**self.family.default, **self.params}
+        with tempfile.TemporaryDirectory(prefix="evoteam-champion-") as folder:
+            path = Path(folder) / self.family.path.name
+            path.write_text(self.source())
+            module = load_module_from_path(path, f"evoteam_champion_{self.task}_{self.family.name}")
+            rule = getattr(module, "params_for", None)
+            if rule is None:
+                return {w.uuid: dict(params) for w in workloads}
+            axes = [n for n in inspect.signature(rule).parameters if n != "dispatch"]
+            return {w.uuid: {**params, **rule(**{n: w.axes[n] for n in axes})} for w in workloads}
+
     def to_json(self) -> dict:
         return {"task": self.task, "family": self.family.name, "hardware": self.hardware, "made_by": self.made_by,
                 "params": self.params, "dispatch": self.dispatch}

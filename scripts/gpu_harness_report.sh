@@ -14,6 +14,7 @@ parts=${*:-tests mla kda cheat}
 mkdir -p "$out"
 . "$(dirname "$0")/device_env.sh"
 use_wheels flashinfer fla || exit 1
+use_bwrap || exit 1  # the candidates' sandbox (bubblewrap), from .devtools/ where the host lacks it
 export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$out/cache TRITON_CACHE_AUTOTUNING=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 bench() { python3 -m evoteam.bench "$@"; }

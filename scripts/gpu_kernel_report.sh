@@ -37,6 +37,7 @@ parts=${*:-mla}
 mkdir -p "$out"
 . "$(dirname "$0")/device_env.sh"
 use_wheels flashinfer || exit 1
+use_bwrap || exit 1  # the candidates' sandbox (bubblewrap), from .devtools/ where the host lacks it
 # baseline times cached outside OUT_DIR (the device tool returns few files); they last while the machine is warm
 export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=${EVOTEAM_CACHE_DIR:-/tmp/mla-evoteam-cache}
 family=kernels/mla_decode/flashdecode_triton.py

@@ -13,6 +13,7 @@ read -r -a extra <<< "${EXTRA:-}"
 mkdir -p "$out"
 . "$(dirname "$0")/device_env.sh"
 use_wheels || exit 1
+use_bwrap || exit 1  # the candidates' sandbox (bubblewrap), from .devtools/ where the host lacks it
 export PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1 EVOTEAM_CACHE_DIR=$out/cache
 for task in $tasks; do
   for team in single fixed4 evolving; do

@@ -69,14 +69,18 @@ def test_a_run_starts_from_a_champion_measured_once_and_recorded(tmp_path):
 
     uri = f"sqlite:///{tmp_path}/m.db"
     run_dir = tmp_path / "run"
+    # a wall-time budget shorter than measuring the champion: that time is not the team's either
     proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2]", "team=single", "budget.max_evaluations=1",
-                       "seed=5", f"workspace.inherit={CHAMPION}", f"tracking.tracking_uri={uri}",
-                       f"run_dir={run_dir}", cwd=tmp_path)
+                       "budget.max_wall_time_s=3", "seed=5", f"workspace.inherit={CHAMPION}",
+                       f"tracking.tracking_uri={uri}", f"run_dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     attempts = _attempts(run_dir)
     first = attempts[0]
     assert first["team"] == INHERITED_TEAM and first["origin"]["inherited"] == "champion_h200.json"
     assert first["origin"]["family"] == "flashdecode" and first["status"] == "PASSED"
+    # the point the champion's dispatch runs on the workload: where the offline tuner starts from
+    (uuid,) = first["workloads"]
+    assert set(first["origin"]["points"]) == {uuid} and first["origin"]["points"][uuid]["BLOCK_N"] in (16, 32, 64)
     assert len(attempts) == 2  # the champion, then the team's one evaluation
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("evoteam").experiment_id],

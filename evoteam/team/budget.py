@@ -30,6 +30,7 @@ class Ledger:
     wall_time_s: float = 0.0  # time of earlier sessions of a resumed run
     in_flight: int = 0  # evaluations dispatched and not finished: they count against the budget
     queue_s: float = 0.0  # wall time when the team's every evaluation in flight waited for an accelerator
+    uncharged_s: float = 0.0  # wall time of work no team is charged for: measuring what the workspace inherits
     _started: float = field(default_factory=time.monotonic, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _queued: list = field(default_factory=list, repr=False, compare=False)  # (submitted, started) wall times
@@ -82,8 +83,9 @@ class Ledger:
                 self.queue_s = _uncovered(self._queued, self._running)
 
     def elapsed_s(self) -> float:
-        """Wall time charged to the team: the run's time less the time it could only wait for a GPU."""
-        return self.wall_time_s + (time.monotonic() - self._started) - self.queue_s
+        """Wall time charged to the team: the run's time less the time it could only wait for a GPU and the time
+        spent measuring what it inherited."""
+        return self.wall_time_s + (time.monotonic() - self._started) - self.queue_s - self.uncharged_s
 
     def check_time(self) -> None:
         if self.elapsed_s() > self.max_wall_time_s:

@@ -97,11 +97,12 @@ def copy_run(source: Path, workspace_root: Path, workloads: list[str]) -> int:
     return copied
 
 
-def champion_origin(champion, path: str) -> dict:
-    """The champion as an attempt's origin: its family and default point (what the offline tuner starts from)."""
+def champion_origin(champion, path: str, workloads: list) -> dict:
+    """The champion as an attempt's origin: its family, its default point, and the point its dispatch runs on
+    each workload (`points`, uuid -> params), where the offline tuner starts from per workload group."""
     params = {**champion.family.default, **champion.params}
     return {"inherited": Path(path).name, "family": champion.family.name, "params": params,
-            "dispatch_entries": len(champion.dispatch)}
+            "dispatch_entries": len(champion.dispatch), "points": champion.points_by_workload(workloads)}
 
 
 def describe_for_log(inheritance: Inheritance, copied: int | None = None) -> str:

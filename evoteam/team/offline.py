@@ -2,9 +2,14 @@
 families (`kernels/<task>/families.json`) and their parameters. Each role kind behaves as its name
 says; every candidate they produce is a real file that the harness really evaluates.
 
-  explorer   an untried point of the least-explored family, far from what was tried
-  tuner      the best verified kernel (of its workload group, if it has one) with one parameter
-             moved to a neighbouring value; explores when every neighbour was tried
+  explorer   an untried point of the least-explored family, far from what was tried, on the role's focus
+  tuner      the best verified kernel of the focus with one parameter moved to a neighbouring value,
+             starting from the point that runs on the focus's weakest workload; explores when every
+             neighbour was tried
+  The focus is the role's workload group if it has one, else the weakest group (the lowest geometric mean
+  of the best speedups measured on its workloads) once anything is measured, else the probe set. An
+  inherited champion (workspace.inherit) runs a point per workload (its dispatch, `origin.points`): tuning
+  starts from those points and they count as tried on their workloads.
   debugger   the family and parameters of the latest failure, moved back towards the family's
              default one parameter at a time, checked on the workloads that failed
   analyst    no evaluation: writes the team's notes (best per group, failure causes) to the workspace
@@ -15,6 +20,7 @@ says; every candidate they produce is a real file that the harness really evalua
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from dataclasses import dataclass
 
@@ -84,6 +90,30 @@ def point_of(attempt: Attempt) -> Point | None:
     return Point(origin["family"], tuple(sorted(origin["params"].items())))
 
 
+def point_on(attempt: Attempt, workload: str) -> Point | None:
+    """The point that ran on `workload` in this attempt: an inherited champion's dispatch point there
+    (`origin.points`), else the attempt's one point where the attempt measured that workload."""
+    origin = attempt.origin or {}
+    if "family" not in origin:
+        return None
+    points = origin.get("points")
+    if points:
+        return Point(origin["family"], tuple(sorted(points[workload].items()))) if workload in points else None
+    return point_of(attempt) if workload in attempt.workloads else None
+
+
+def points_of(attempt: Attempt) -> set[Point]:
+    origin = attempt.origin or {}
+    if origin.get("points"):
+        return {p for u in origin["points"] if (p := point_on(attempt, u)) is not None}
+    point = point_of(attempt)
+    return {point} if point is not None else set()
+
+
+def _log_mean(values: list[float]) -> float:
+    return sum(math.log(max(v, 1e-9)) for v in values) / len(values)
+
+
 class OfflineAgent:
     def __init__(self, role: RoleSpec, space: SearchSpace, rng: random.Random, group_workloads: dict[str, list[str]]):
         self.role = role
@@ -98,23 +128,56 @@ class OfflineAgent:
             return self.group_workloads[group]
         return None  # the probe set
 
-    def _tried(self, toolbox: Toolbox) -> set[Point]:
-        return {p for a in toolbox.workspace.attempts if (p := point_of(a)) is not None}
+    def _tried(self, toolbox: Toolbox, workloads: list[str] | None = None) -> set[Point]:
+        """Points already evaluated: anywhere, or (given workloads) on at least one of them."""
+        if workloads is None:
+            return {p for a in toolbox.workspace.attempts for p in points_of(a)}
+        return {p for a in toolbox.workspace.attempts for u in workloads if (p := point_on(a, u)) is not None}
 
-    def _best(self, toolbox: Toolbox) -> Attempt | None:
-        group = self.role.workload_group
-        candidates = [a for a in toolbox.workspace.attempts if a.status == "PASSED" and a.speedups
-                      and point_of(a) is not None]
-        if group and group in self.group_workloads:
-            wanted = set(self.group_workloads[group])
+    def _measured(self, toolbox: Toolbox) -> list[Attempt]:
+        return [a for a in toolbox.workspace.attempts if a.status == "PASSED" and a.speedups and point_of(a) is not None]
+
+    def _focus(self, toolbox: Toolbox) -> list[str] | None:
+        """The workloads this turn works on: the role's group, else the weakest measured group, else None (the
+        probe set)."""
+        own = self._workloads(toolbox)
+        if own is not None or len(self.group_workloads) < 2:
+            return own
+        best: dict[str, float] = {}
+        for a in self._measured(toolbox):
+            for u, s in a.speedups.items():
+                best[u] = max(best.get(u, 0.0), s)
+        if not best:
+            return None
+        # an unmeasured workload counts as the slowest, so a group nobody measured comes first
+        weakest = min(sorted(self.group_workloads),
+                      key=lambda g: _log_mean([best.get(u, 1e-9) for u in self.group_workloads[g]]))
+        return self.group_workloads[weakest]
+
+    def _best(self, toolbox: Toolbox, workloads: list[str] | None = None) -> Attempt | None:
+        """The best verified kernel: on `workloads` (the mean speedup over those it measured), else by geomean."""
+        candidates = self._measured(toolbox)
+        if workloads is not None:
+            wanted = set(workloads)
 
             def score(a: Attempt) -> float:
                 vals = [s for u, s in a.speedups.items() if u in wanted]
-                return sum(vals) / len(vals) if vals else 0.0
+                return sum(vals) / len(vals)
             candidates = [a for a in candidates if wanted & set(a.speedups)]
             return max(candidates, key=score) if candidates else None
         timed = [a for a in candidates if a.geomean is not None]
         return max(timed, key=lambda a: a.geomean) if timed else None
+
+    def _starts(self, best: Attempt, workloads: list[str] | None) -> list[Point]:
+        """Where tuning starts: the points `best` ran on these workloads (all it measured if None), the weakest
+        workload's first."""
+        measured = [u for u in (workloads if workloads is not None else best.speedups) if u in best.speedups]
+        starts: list[Point] = []
+        for u in sorted(measured, key=lambda u: best.speedups[u]):
+            point = point_on(best, u)
+            if point is not None and point not in starts:
+                starts.append(point)
+        return starts or [point_of(best)]
 
     def _evaluate(self, toolbox: Toolbox, point: Point, kind: str = "benchmark", workloads=None) -> str:
         attempt = toolbox.evaluate(self.space.source(point), {**point.origin(), "by": self.role.kind}, kind,
@@ -123,29 +186,33 @@ class OfflineAgent:
 
     # ------------------------------------------------------------------ behaviours
     def explore(self, toolbox: Toolbox) -> str:
-        tried = self._tried(toolbox)
+        focus = self._focus(toolbox)
+        tried = self._tried(toolbox, focus)
         counts = {name: sum(1 for p in tried if p.family == name) for name in self.space.families}
         for family in sorted(counts, key=lambda n: (counts[n], n)):
             if self.space.default(family) not in tried:
-                return self._evaluate(toolbox, self.space.default(family))
+                return self._evaluate(toolbox, self.space.default(family), workloads=focus)
             untried = [p for p in self.space.points(family) if p not in tried]
             if untried:
                 # Far from what was tried: the untried points that differ most from the nearest tried one.
                 seen = [q.as_dict for q in tried if q.family == family]
                 distance = {p: _distance(p.as_dict, seen) for p in untried}
                 far = max(distance.values())
-                return self._evaluate(toolbox, self.rng.choice([p for p in untried if distance[p] == far]))
+                return self._evaluate(toolbox, self.rng.choice([p for p in untried if distance[p] == far]),
+                                      workloads=focus)
         return f"{self.role.name}: every point of every family was tried"
 
     def tune(self, toolbox: Toolbox) -> str:
-        best = self._best(toolbox)
+        focus = self._focus(toolbox)
+        best = self._best(toolbox, focus)
         if best is None:
             return self.explore(toolbox)
-        tried = self._tried(toolbox)
-        untried = [p for p in self.space.neighbours(point_of(best)) if p not in tried]
-        if not untried:
-            return self.explore(toolbox)
-        return self._evaluate(toolbox, self.rng.choice(untried))
+        tried = self._tried(toolbox, focus)
+        for start in self._starts(best, focus):
+            untried = [p for p in self.space.neighbours(start) if p not in tried]
+            if untried:
+                return self._evaluate(toolbox, self.rng.choice(untried), workloads=focus)
+        return self.explore(toolbox)
 
     def debug(self, toolbox: Toolbox) -> str:
         failed = [a for a in toolbox.workspace.attempts if a.status != "PASSED" and point_of(a) is not None]

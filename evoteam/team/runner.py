@@ -153,8 +153,10 @@ class TeamRun:
 
         champion = load_champion(Path(path))
         toolbox = self._toolbox(INHERITED_TEAM, RoleSpec("inherited", "generalist", model="offline"))
-        attempt = toolbox.evaluate(champion.source(), champion_origin(champion, path), "benchmark",
+        started = time.monotonic()
+        attempt = toolbox.evaluate(champion.source(), champion_origin(champion, path, self.workloads), "benchmark",
                                    [w.uuid for w in self.workloads])
+        self.ledger.uncharged_s += time.monotonic() - started  # nor is its time: every preset inherits the same
         self.log(progress_line(attempt, self.ledger, attempt.geomean))
 
     def _context(self) -> TurnContext:

@@ -44,6 +44,13 @@ class Attempt:
         return asdict(self)
 
 
+def _short(origin: dict) -> dict:
+    """An origin for a summary line: an inherited champion's per-workload points (dozens) as their count."""
+    if not isinstance(origin, dict) or "points" not in origin:
+        return origin
+    return {**{k: v for k, v in origin.items() if k != "points"}, "points": f"{len(origin['points'])} workloads"}
+
+
 KERNEL_SUFFIXES = (".py", ".cu", ".cpp")  # Python/Triton, CUDA C++, C++ (torch binding): the file's language
 
 
@@ -176,9 +183,9 @@ class Workspace:
                 best.attempt_id).read_text()
         if what == "failure_log":
             failed = [a for a in self._attempts if a.status != "PASSED"][-limit:]
-            return "\n".join(f"{a.attempt_id} {a.origin} {a.status}: {a.failure[:300]}" for a in failed) or "none"
+            return "\n".join(f"{a.attempt_id} {_short(a.origin)} {a.status}: {a.failure[:300]}" for a in failed) or "none"
         if what == "summaries":
-            rows = [f"{a.attempt_id} {a.role} {a.origin} {a.kind} {a.status} "
+            rows = [f"{a.attempt_id} {a.role} {_short(a.origin)} {a.kind} {a.status} "
                     f"{'' if a.geomean is None else f'{a.geomean:.3f}x'}" for a in self._attempts[-limit:]]
             return "\n".join(rows) + ("\n\nnotes:\n" + self.notes()[-2000:] if self.notes() else "")
         if what == "full_logs":

@@ -1,0 +1,71 @@
+"""The offline policy's choices with an inherited champion: it tunes per workload group, from the point the
+champion's dispatch runs on the weakest group's weakest workload, never re-evaluates a point the champion already
+ran there, and its explorer tries the other families' designs on that group."""
+
+import random
+from types import SimpleNamespace
+
+from evoteam.families import load_families
+from evoteam.team.offline import OfflineAgent, Point, SearchSpace
+from evoteam.team.spec import RoleSpec
+from evoteam.team.workspace import Attempt
+
+GROUPS = {"batch1": ["a1", "a2"], "batch64": ["b1", "b2", "b3"]}
+
+
+class RecordingToolbox:
+    """The part of Toolbox the offline agent uses: the workspace's attempts, and evaluate(), recorded."""
+
+    def __init__(self, attempts):
+        self.workspace = SimpleNamespace(attempts=attempts)
+        self.settings = SimpleNamespace(all_workloads=[u for us in GROUPS.values() for u in us])
+        self.asked = []
+
+    def evaluate(self, source, origin, kind, workloads):
+        self.asked.append((origin, workloads))
+        return Attempt("9", "k", "t", "r", "check", origin, list(workloads or []), "PASSED", "")
+
+
+def _point(family, params):
+    return Point(family, tuple(sorted(params.items())))
+
+
+def test_the_tuner_starts_from_the_inherited_dispatch_on_the_weakest_group():
+    space = SearchSpace(load_families("mla_decode"))
+    default = space.default("flashdecode").as_dict
+    on_a = {**default, "BLOCK_N": 16}
+    on_b_weak = {**default, "BLOCK_N": 32, "PROGRAMS_PER_SM": 2}
+    on_b = {**default, "BLOCK_N": 32}
+    champion = Attempt("1", "k0", "inherited", "inherited:inherited", "benchmark",
+                       {"inherited": "champion_h200.json", "family": "flashdecode", "params": default,
+                        "points": {"a1": on_a, "a2": on_a, "b1": on_b, "b2": on_b_weak, "b3": on_b}},
+                       ["a1", "a2", "b1", "b2", "b3"], "PASSED", "",
+                       speedups={"a1": 1.3, "a2": 1.25, "b1": 1.0, "b2": 0.85, "b3": 1.05}, geomean=1.08)
+    for kind in ("tuner", "explorer"):
+        box = RecordingToolbox([champion])
+        agent = OfflineAgent(RoleSpec(kind, kind), space, random.Random(0), GROUPS)
+        getattr(agent, "tune" if kind == "tuner" else "explore")(box)
+        (origin, workloads), = box.asked
+        assert workloads == GROUPS["batch64"]  # the weakest group (geomean 0.96x against 1.27x), all its workloads
+        asked = _point(origin["family"], origin["params"])
+        if kind == "tuner":
+            # a neighbour of the point the champion runs on b2 (0.85x, the weakest), not of the family's default
+            assert asked in space.neighbours(_point("flashdecode", on_b_weak))
+            assert asked not in {_point("flashdecode", p) for p in (on_b, on_b_weak)}
+        else:
+            assert origin["family"] != "flashdecode"  # the families' other designs first
+    # a role of its own group keeps to it; a point the champion ran there is tried, so the tuner moves on
+    box = RecordingToolbox([champion])
+    agent = OfflineAgent(RoleSpec("t", "tuner", workload_group="batch1"), space, random.Random(0), GROUPS)
+    agent.tune(box)
+    (origin, workloads), = box.asked
+    assert workloads == GROUPS["batch1"]
+    assert _point(origin["family"], origin["params"]) in space.neighbours(_point("flashdecode", on_a))
+
+
+def test_without_groups_or_measurements_the_probe_set_is_used():
+    space = SearchSpace(load_families("mla_decode"))
+    box = RecordingToolbox([])
+    OfflineAgent(RoleSpec("t", "tuner"), space, random.Random(0), GROUPS).tune(box)
+    (origin, workloads), = box.asked
+    assert workloads is None  # nothing measured yet: the probe set
