@@ -17,15 +17,16 @@ src=${1:?usage: build_flashkda.sh SRC [SITE]: SRC is a checkout (or .tar.gz) of 
 site=${2:-/tmp/site}
 fail() { echo "build_flashkda: $*" >&2; exit 2; }
 [ -e "$src" ] || fail "$src does not exist; give a checkout (or .tar.gz) of https://github.com/MoonshotAI/FlashKDA"
-command -v nvcc >/dev/null || fail "no nvcc on PATH (FlashKDA needs CUDA >= 12.9's nvcc)"
 work=$(mktemp -d /tmp/flashkda-build.XXXXXX)
+trap 'rm -rf "$work"' EXIT
 if [ -f "$src" ]; then
-  tar xzf "$src" -C "$work" || fail "$src is not a .tar.gz of FlashKDA's source"
-  tree=$(dirname "$(find "$work" -maxdepth 2 -name setup.py | head -1)")
+  tar xzf "$src" -C "$work" 2>/dev/null || fail "$src is not a .tar.gz of FlashKDA's source"
+  setup=$(find "$work" -maxdepth 2 -name setup.py | head -1)
+  tree=${setup%/setup.py}
 else
   cp -a "$src" "$work/flash-kda" && tree=$work/flash-kda
 fi
-[ -f "$tree/setup.py" ] && [ -f "$tree/csrc/flash_kda.cpp" ] || fail "$src holds no FlashKDA source (setup.py, csrc/flash_kda.cpp)"
+[ -n "$tree" ] && [ -f "$tree/setup.py" ] && [ -f "$tree/csrc/flash_kda.cpp" ] || fail "$src holds no FlashKDA source (setup.py, csrc/flash_kda.cpp)"
 if [ ! -f "$tree/cutlass/include/cutlass/cutlass.h" ]; then
   headers=$(python3 -c 'import pathlib, cutlass_library; print(pathlib.Path(cutlass_library.__file__).parent / "source")' \
     2>/dev/null || true)
@@ -34,6 +35,7 @@ and cutlass_library (pip install nvidia-cutlass==4.2.0.0) does not import"
   rm -rf "$tree/cutlass" && ln -s "$headers" "$tree/cutlass"
   echo "CUTLASS headers: $headers"
 fi
+command -v nvcc >/dev/null || fail "no nvcc on PATH (FlashKDA needs CUDA >= 12.9's nvcc)"
 # The version's local label is the source's commit (setup.py would ask git, below): a checkout's HEAD, or the id
 # that `git archive` writes into its tarball.
 commit=""
@@ -57,4 +59,3 @@ echo "FlashKDA built for ${FLASH_KDA_CUDA_ARCHS:-90a} into $site in $(( $(date +
 if [ -n "${FLASHKDA_SAVE:-}" ]; then
   (cd "$site" && tar czf "$FLASHKDA_SAVE" flash_kda flash_kda_C*.so flash_kda*.dist-info) && echo "saved: $FLASHKDA_SAVE"
 fi
-rm -rf "$work"
