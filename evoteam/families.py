@@ -216,9 +216,9 @@ class Champion:
             path.write_text(self.source())
             module = load_module_from_path(path, f"evoteam_champion_{self.task}_{self.family.name}")
             rule = getattr(module, "params_for", None)
-            if rule is None:
-                return {w.uuid: dict(params) for w in workloads}
-            axes = [n for n in inspect.signature(rule).parameters if n != "dispatch"]
+            axes = [n for n in inspect.signature(rule).parameters if n != "dispatch"] if rule else []
+            if rule is None or not all(n in w.axes for w in workloads for n in axes):
+                return {w.uuid: dict(params) for w in workloads}  # no rule over these axes: PARAMS everywhere
             return {w.uuid: {**params, **rule(**{n: w.axes[n] for n in axes})} for w in workloads}
 
     def to_json(self) -> dict:

@@ -270,3 +270,26 @@ def test_load_variants_writes_one_file_per_point(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["flashdecode_triton_p0.py", "flashdecode_triton_p1.py"]
     with pytest.raises(ValueError, match="unknown parameters"):
         load_variants(f.path, [{"NOT_A_PARAM": 1}], tmp_path, "t")
+
+
+def test_a_champion_names_the_point_its_dispatch_runs_on_each_workload():
+    """The offline tuner starts from these points: for a workload whose shape is a table entry, that entry's point
+    (over the family's PARAMS), by the family's own params_for, as the kernel picks it at run time."""
+    from evoteam.families import load_champion
+    from evoteam.task import load_task
+
+    task = load_task("mla_decode")
+    from conftest import REPO
+
+    champion = load_champion(REPO / "kernels" / "mla_decode" / "champion_h200.json")
+    workloads = task.scaled_workloads("full")
+    points = champion.points_by_workload(workloads)
+    assert set(points) == {w.uuid for w in workloads}
+    exact = 0
+    for w in workloads:
+        for axes, point in champion.dispatch:
+            if all(w.axes[name] == value for name, value in axes.items()):
+                assert points[w.uuid] == {**champion.family.default, **champion.params, **point}
+                exact += 1
+    assert exact >= 10  # the table was chosen on these workloads
+    assert len({str(sorted(p.items())) for p in points.values()}) > 1  # not one point everywhere
