@@ -33,6 +33,8 @@ def chunk_variant(tmp_path, point):
     ("5237e6bd", {}),  # bounded gate, initial state, lengths 96 and 65
     ("8cfd1d8d", {"BV": 16, "FUSE_O": False, "intra_maxnreg_bounded": None}),  # bounded, 4 sequences, output pass
     ("15208288", {"store_early": False}),  # softplus gate, the state pass's operands written after A (v1.4)
+    ("5237e6bd", {"BT": 32}),  # chunks of 32 tokens (two 16-row blocks), lengths 96 and 65: a chunk of one token
+    ("15208288", {"BT": 32, "FUSE_O": False}),  # softplus gate, 32-token chunks through the output pass
 ])
 def test_chunk_passes_the_checker(tmp_path, uuid, point):
     fam, module = chunk_variant(tmp_path, point)

@@ -1,6 +1,6 @@
 """Chunked KDA prefill for kda_prefill: a parallel intra-chunk pass, then a sequential state pass.
 
-Each sequence is cut into chunks of BT = 64 tokens (the last one of a sequence may be shorter); a
+Each sequence is cut into chunks of BT tokens (PARAMS: 64 or 32; the last one of a sequence may be shorter); a
 chunk never crosses a sequence boundary. With S0 the [K, V] state at the chunk's start, G the
 cumulative log-gate inside the chunk (G_t = g_0 + ... + g_t, per key dim, <= 0), q, k L2-normalised
 (q scaled), b = sigmoid(beta_logits), the recurrence of README.md unrolls to
@@ -66,16 +66,19 @@ from triton.language.extra import libdevice
 #                 with some spills). On the H200 (2026-11-30) 128 made the bounded-gate workloads
 #                 5-11% faster and the softplus ones 2-14% slower (the softplus gate needs more
 #                 registers): the gate form is an argument of every call, so each gets its own cap.
+#   BT            chunk length in tokens: 64 (two 32-row blocks per chunk, measured since v1), or 32 (two 16-row
+#                 blocks: offline, Triton 3.9, sm_90, the bounded-gate intra pass at the cap of 128 keeps 96 B
+#                 of stack instead of 688 and issues 120 mma.sync per chunk instead of 352, 32% fewer per token;
+#                 the state pass then walks twice the steps, on mma.sync instead of wgmma). Not yet timed.
 #   store_early   the intra pass writes qg, kd and b k exp(G) of a key block before its A products (True)
 #                 or after them (False, measured as v1.4): only the compiler's register allocation
 #                 differs (offline, Triton 3.6, sm_90: stack 744 -> 592 B at the bounded cap of 128,
 #                 120 -> 0 B uncapped)
-PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True}
+PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True, "BT": 64}
 # Per-shape points ([[axes, params], ...], nearest shape wins; empty: PARAMS everywhere), written by
 # python -m evoteam.sweep --emit-champion, built by --build into a copy of this file.
 DISPATCH = []
 
-BT = 64  # chunk length (tokens)
 A_LOWP = True  # bf16 operands for Aqk / Akk (tf32 otherwise)
 INV_LOWP = False  # bf16 operands in the product form of Tinv (tf32 otherwise)
 # bf16 operands for w = Tinv (...) and u = Tinv (b v); b k exp(G) passes through the workspace as bf16 either way
@@ -493,9 +496,9 @@ def _output_pass(
     tl.store(o + ((t0 + o_t)[:, None] * H + i_h) * V + o_v[None, :], _to_bf16(b_o, INTERP), mask=m_t[:, None])
 
 
-def _workspace(device, T, H, K, V, ncmax, fuse_o):
+def _workspace(device, T, H, K, V, BT, ncmax, fuse_o):
     """Intermediates of one shape, kept across calls (one shape at a time)."""
-    key = (str(device), T, H, K, V, ncmax, fuse_o)
+    key = (str(device), T, H, K, V, BT, ncmax, fuse_o)
     ws = _WORKSPACE.get(key)
     if ws is None:
         _WORKSPACE.clear()
@@ -579,8 +582,9 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
     p = params_for(T, H, N)
     pl = _Plan()
     pl.p = p
+    BT = p["BT"]
     pl.ncmax = T // BT + N  # >= sum over sequences of cdiv(length, BT)
-    pl.ws = _workspace(device, T, H, K, V, pl.ncmax, p["FUSE_O"])
+    pl.ws = _workspace(device, T, H, K, V, BT, pl.ncmax, p["FUSE_O"])
     fast = FAST_LAUNCH and not interpreted
     np_ = max(16, triton.next_power_of_2(N))  # one compiled kernel for up to 16 sequences
     bv = p["BV"] or (16 if N * H < 16 else 32 if N * H < 64 else 64)
