@@ -86,3 +86,28 @@ def test_a_run_starts_from_a_champion_measured_once_and_recorded(tmp_path):
     (run,) = client.search_runs([client.get_experiment_by_name("evoteam").experiment_id],
                                 "tags.`evoteam.kind` = 'run'")
     assert run.data.tags["evoteam.inherit"] == f"champion:{CHAMPION}"
+
+
+def test_the_presets_of_an_equal_budget_sweep_start_from_the_same_inheritance(tmp_path):
+    """`-m team=single,fixed4,evolving` from a champion: each preset's workspace starts from the same inherited
+    kernel (same source, workloads and dispatch points), tagged in MLflow, and each spends its own equal budget."""
+    from pathlib import Path
+
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    proc = run_evoteam("-m", "hardware=cpu", "task.workloads=[00cb2bc2]", "team=single,fixed4,evolving",
+                       "budget=equal", "budget.max_evaluations=1", "seed=6", f"workspace.inherit={CHAMPION}",
+                       f"tracking.tracking_uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("evoteam").experiment_id], "tags.`evoteam.kind` = 'run'")
+    assert sorted(r.data.tags["evoteam.team_preset"] for r in runs) == ["evolving", "fixed4", "single"]
+    firsts = []
+    for run in runs:
+        assert run.data.tags["evoteam.inherit"] == f"champion:{CHAMPION}"
+        attempts = _attempts(Path(run.data.tags["evoteam.run_dir"]))
+        assert attempts[0]["team"] == INHERITED_TEAM
+        assert [a for a in attempts if a["team"] != INHERITED_TEAM] and len(attempts) <= 2  # its own budget: 1
+        firsts.append((attempts[0]["key"], attempts[0]["workloads"], attempts[0]["origin"]["points"]))
+    assert firsts[0] == firsts[1] == firsts[2]
