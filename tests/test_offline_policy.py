@@ -69,3 +69,27 @@ def test_without_groups_or_measurements_the_probe_set_is_used():
     OfflineAgent(RoleSpec("t", "tuner"), space, random.Random(0), GROUPS).tune(box)
     (origin, workloads), = box.asked
     assert workloads is None  # nothing measured yet: the probe set
+
+
+def test_a_family_far_behind_everywhere_it_ran_is_explored_last():
+    """After the seed family ran at 0.07x on one group next to the inherited champion, the explorer's next group
+    gets another family's design first, not the seed's again (the seed comes first by name otherwise)."""
+    space = SearchSpace(load_families("mla_decode"))
+    default = space.default("flashdecode").as_dict
+    champion = Attempt("1", "k0", "inherited", "inherited:inherited", "benchmark",
+                       {"inherited": "champion_h200.json", "family": "flashdecode", "params": default,
+                        "points": {u: default for us in GROUPS.values() for u in us}},
+                       [u for us in GROUPS.values() for u in us], "PASSED", "",
+                       speedups={"a1": 1.1, "a2": 1.0, "b1": 1.0, "b2": 0.9, "b3": 0.95}, geomean=0.99)
+    seed = Attempt("2", "k1", "t", "explorer", "benchmark",
+                   {"family": "seed", "params": space.default("seed").as_dict}, GROUPS["batch64"], "PASSED", "",
+                   speedups={"b1": 0.07, "b2": 0.06, "b3": 0.08}, geomean=0.07)
+    box = RecordingToolbox([champion, seed])
+    OfflineAgent(RoleSpec("e", "explorer", workload_group="batch1"), space, random.Random(0), GROUPS).explore(box)
+    (origin, workloads), = box.asked
+    assert workloads == GROUPS["batch1"] and origin["family"] == "splitkv"
+    # without the seed's measurement the seed's default would come first on batch1
+    box = RecordingToolbox([champion])
+    OfflineAgent(RoleSpec("e", "explorer", workload_group="batch1"), space, random.Random(0), GROUPS).explore(box)
+    (origin, _), = box.asked
+    assert origin["family"] == "seed"

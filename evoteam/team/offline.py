@@ -2,7 +2,8 @@
 families (`kernels/<task>/families.json`) and their parameters. Each role kind behaves as its name
 says; every candidate they produce is a real file that the harness really evaluates.
 
-  explorer   an untried point of the least-explored family, far from what was tried, on the role's focus
+  explorer   an untried point of the least-explored family, far from what was tried, on the role's focus;
+             families measured only at under a quarter of the best known speed come last
   tuner      the best verified kernel of the focus with one parameter moved to a neighbouring value,
              starting from the point that runs on the focus's weakest workload; explores when every
              neighbour was tried
@@ -110,6 +111,9 @@ def points_of(attempt: Attempt) -> set[Point]:
     return {point} if point is not None else set()
 
 
+HOPELESS = 0.25  # a family measured only below this fraction of the best speed is explored last
+
+
 def _log_mean(values: list[float]) -> float:
     return sum(math.log(max(v, 1e-9)) for v in values) / len(values)
 
@@ -185,11 +189,26 @@ class OfflineAgent:
         return f"{self.role.name} ({self.role.kind}) tried {point.family} {point.as_dict}: {describe(attempt)}"
 
     # ------------------------------------------------------------------ behaviours
+    def _hopeless(self, toolbox: Toolbox) -> set[str]:
+        """Families whose every measured kernel ran at under HOPELESS times the best known speed of the same
+        workloads (e.g. a token-by-token seed next to an inherited champion): explored last."""
+        measured = self._measured(toolbox)
+        best: dict[str, float] = {}
+        for a in measured:
+            for u, s in a.speedups.items():
+                best[u] = max(best.get(u, 0.0), s)
+        ratio: dict[str, float] = {}
+        for a in measured:
+            family = a.origin["family"]
+            ratio[family] = max(ratio.get(family, 0.0), max(s / best[u] for u, s in a.speedups.items()))
+        return {f for f, r in ratio.items() if r < HOPELESS}
+
     def explore(self, toolbox: Toolbox) -> str:
         focus = self._focus(toolbox)
         tried = self._tried(toolbox, focus)
         counts = {name: sum(1 for p in tried if p.family == name) for name in self.space.families}
-        for family in sorted(counts, key=lambda n: (counts[n], n)):
+        hopeless = self._hopeless(toolbox)
+        for family in sorted(counts, key=lambda n: (n in hopeless, counts[n], n)):
             if self.space.default(family) not in tried:
                 return self._evaluate(toolbox, self.space.default(family), workloads=focus)
             untried = [p for p in self.space.points(family) if p not in tried]
