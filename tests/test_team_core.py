@@ -158,3 +158,14 @@ def test_workspace_journal_survives_a_cut_line(tmp_path):
     assert again.find("k1") is not None and evaluation_key("s", ["b", "a"], "check") == evaluation_key(
         "s", ["a", "b"], "check")
     assert "no verified kernel" in again.view("best_kernel") or again.best() is not None
+
+
+def test_time_spent_measuring_what_is_inherited_is_not_charged():
+    """A run whose wall time went to measuring the inherited champion (`uncharged_s`, added by the team runner)
+    still has its budget: only the rest counts, and it is what a resumed run carries on from."""
+    ledger = Ledger(token_budget=10, max_evaluations=2, max_wall_time_s=5, wall_time_s=8)
+    with pytest.raises(BudgetExceeded, match="wall-time budget spent"):
+        ledger.check_time()
+    ledger.uncharged_s = 6.0  # the champion's measurement took 6 of those seconds
+    ledger.check_time()
+    assert 2.0 <= ledger.elapsed_s() < 3.0 and ledger.to_json()["wall_time_s"] == pytest.approx(ledger.elapsed_s(), abs=0.5)
