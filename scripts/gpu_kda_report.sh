@@ -20,7 +20,7 @@
 #            fla's times from the baseline cache that bench1/bench2 filled while the machine stays
 #            warm); SWEEP_ARGS adds arguments, e.g. SWEEP_ARGS='--space {"BV":[16,64]}'
 # Usage from the repository root: bash scripts/gpu_kda_report.sh OUT_DIR [probe|bench1|bench2|bench|sweepK ...]
-# BENCH_TIMEOUT=S stops each fkbench/flabig bench after S seconds (its log keeps the workloads done).
+# BENCH_TIMEOUT=S stops each bench after S seconds (its log keeps the workloads done).
 # AUTOTUNE_IN=FILE.tgz restores fla's autotuning results saved by an earlier call in OUT_DIR/autotune.tgz
 # (carry it in an ignored folder, e.g. .device-cache/; on 2026-11-30 a cold bench1 spent 390 s tuning).
 # Needs fla-core: pip install -e .[cuda], or the wheels of scripts/fetch_wheels.sh in .whl
@@ -57,13 +57,9 @@ last12="d8c3b3c2 352f53c5 daa0a7a7 5237e6bd 2198036f 0663b73b 92e4a537 8cfd1d8d 
 bounded="663e61c0 e018eb06 efbdc890 25d16f3d 1476db7b 352f53c5 5237e6bd 0663b73b 8cfd1d8d 6c261a07 c6398207"
 long="1bf9de19 efbdc890 25d16f3d df87a189 1476db7b b9321a1b 352f53c5 daa0a7a7 5237e6bd 2198036f 0663b73b 92e4a537
 8cfd1d8d 735d7f72 6c261a07 17ae6ae2 c6398207"
-versus() {  # $1: part name, $2: baseline, then the workloads: graph replay, events as the second figure
-  timeout "${BENCH_TIMEOUT:-0}" python3 -m evoteam.bench "$kernel" --task kda_prefill --baseline "$2" --timing graph --warmup 3 --reps 20 \
-    --label chunk --json "$out/$1.json" --workloads "${@:3}" 2>&1 | tee "$out/$1.log"
-}
-bench() {  # $1: json name, then more evoteam.bench arguments
-  python3 -m evoteam.bench "$kernel" --task kda_prefill --baseline fla --timing events --warmup 3 --reps 20 \
-    --label chunk --json "$out/$1" "${@:2}"
+bench() {  # $1: part name (OUT/$1.json, OUT/$1.log), $2: baseline, $3: timing mode, then more evoteam.bench arguments
+  timeout "${BENCH_TIMEOUT:-0}" python3 -m evoteam.bench "$kernel" --task kda_prefill --baseline "$2" --timing "$3" \
+    --warmup 3 --reps 20 --label chunk --json "$out/$1.json" "${@:4}" 2>&1 | tee "$out/$1.log"
 }
 for part in $parts; do
   case $part in
@@ -71,17 +67,17 @@ for part in $parts; do
       python3 scripts/kda_probe.py "$kernel" --check --deadline ${PROBE_DEADLINE:-300} \
         --points "$probe_points" \
         --json "$out/probe.json" 2>&1 | grep -v Warning | tee "$out/probe.log" ;;
-    bench1) bench bench1.json --workloads $first12 2>&1 | tee "$out/bench1.log" ;;
-    bench2) bench bench2.json --workloads $last12 2>&1 | tee "$out/bench2.log" ;;
-    bench) bench bench.json 2>&1 | tee "$out/bench.log" ;;
+    bench1) bench bench1 fla events --workloads $first12 ;;
+    bench2) bench bench2 fla events --workloads $last12 ;;
+    bench) bench bench fla events ;;
     flashkda)
       use_flashkda "$out/flashkda-built.tgz" >"$out/flashkda-build.log" 2>&1; rc=$?
       tail -4 "$out/flashkda-build.log"; [ $rc = 0 ] || exit 1
       python3 scripts/kda_probe.py "$kernel" --check --deadline ${PROBE_DEADLINE:-300} --baseline flashkda \
         --workloads efbdc890 25d16f3d --json "$out/flashkda-probe.json" 2>&1 | grep -v Warning | tee "$out/flashkda-probe.log"
       grep -q "_flash_kda_fwd" "$out/flashkda-probe.log" || { echo "FlashKDA's kernels were not seen" >&2; exit 1; } ;;
-    fkbench[1-9]) use_flashkda || exit 1; versus "$part" flashkda $bounded ;;
-    flabig[1-9]) versus "$part" fla $long ;;
+    fkbench[1-9]) use_flashkda || exit 1; bench "$part" flashkda graph --workloads $bounded ;;
+    flabig[1-9]) bench "$part" fla graph --workloads $long ;;
     sweep[1-9])
       k=${part#sweep}
       python3 -m evoteam.sweep --task kda_prefill --family chunk --shard "$k/${SWEEP_SHARDS:-4}" \

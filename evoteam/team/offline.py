@@ -21,11 +21,11 @@ says; every candidate they produce is a real file that the harness really evalua
 from __future__ import annotations
 
 import itertools
-import math
 import random
 from dataclasses import dataclass
 
 from evoteam.families import Family, apply_params
+from evoteam.harness.model import geomean
 from evoteam.team.agent import TurnContext
 from evoteam.team.progress import Progress
 from evoteam.team.spec import RoleSpec
@@ -114,10 +114,6 @@ def points_of(attempt: Attempt) -> set[Point]:
 HOPELESS = 0.25  # a family measured only below this fraction of the best speed is explored last
 
 
-def _log_mean(values: list[float]) -> float:
-    return sum(math.log(max(v, 1e-9)) for v in values) / len(values)
-
-
 class OfflineAgent:
     def __init__(self, role: RoleSpec, space: SearchSpace, rng: random.Random, group_workloads: dict[str, list[str]]):
         self.role = role
@@ -141,21 +137,26 @@ class OfflineAgent:
     def _measured(self, toolbox: Toolbox) -> list[Attempt]:
         return [a for a in toolbox.workspace.attempts if a.status == "PASSED" and a.speedups and point_of(a) is not None]
 
+    def _best_speedups(self, toolbox: Toolbox) -> dict[str, float]:
+        """Each workload's best verified speedup so far (uuid -> speedup)."""
+        best: dict[str, float] = {}
+        for a in self._measured(toolbox):
+            for u, s in a.speedups.items():
+                best[u] = max(best.get(u, 0.0), s)
+        return best
+
     def _focus(self, toolbox: Toolbox) -> list[str] | None:
         """The workloads this turn works on: the role's group, else the weakest measured group, else None (the
         probe set)."""
         own = self._workloads(toolbox)
         if own is not None or len(self.group_workloads) < 2:
             return own
-        best: dict[str, float] = {}
-        for a in self._measured(toolbox):
-            for u, s in a.speedups.items():
-                best[u] = max(best.get(u, 0.0), s)
+        best = self._best_speedups(toolbox)
         if not best:
             return None
         # an unmeasured workload counts as the slowest, so a group nobody measured comes first
         weakest = min(sorted(self.group_workloads),
-                      key=lambda g: _log_mean([best.get(u, 1e-9) for u in self.group_workloads[g]]))
+                      key=lambda g: geomean([best.get(u, 1e-9) for u in self.group_workloads[g]]))
         return self.group_workloads[weakest]
 
     def _best(self, toolbox: Toolbox, workloads: list[str] | None = None) -> Attempt | None:
@@ -192,13 +193,9 @@ class OfflineAgent:
     def _hopeless(self, toolbox: Toolbox) -> set[str]:
         """Families whose every measured kernel ran at under HOPELESS times the best known speed of the same
         workloads (e.g. a token-by-token seed next to an inherited champion): explored last."""
-        measured = self._measured(toolbox)
-        best: dict[str, float] = {}
-        for a in measured:
-            for u, s in a.speedups.items():
-                best[u] = max(best.get(u, 0.0), s)
+        best = self._best_speedups(toolbox)
         ratio: dict[str, float] = {}
-        for a in measured:
+        for a in self._measured(toolbox):
             family = a.origin["family"]
             ratio[family] = max(ratio.get(family, 0.0), max(s / best[u] for u, s in a.speedups.items()))
         return {f for f, r in ratio.items() if r < HOPELESS}
