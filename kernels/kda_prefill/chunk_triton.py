@@ -41,6 +41,9 @@ otherwise. Under the Triton interpreter (CPU) every operand is upcast to fp32 (i
 returns garbage) after rounding to bf16 where the GPU would, and bf16 stores round to nearest
 even through the bits (its fp32 -> bf16 cast truncates).
 
+With BT 32 and `merge`, a launch between the two (_merge_halves) combines the two 32-token halves of each 64-token
+chunk in place, so that the state pass walks 64-token steps (exact; see _merge_halves and DESIGN.md 6.5).
+
 Entry point, destination-passing style: run(q, k, v, g_raw, beta_logits, A_log, dt_bias,
 initial_state, cu_seqlens, scale, bounded_gate, lower_bound, has_initial_state, o, final_state).
 """
@@ -60,7 +63,8 @@ from triton.language.extra import libdevice
 #                 operands, which do not depend on the state)
 #   FUSE_O        o inside the state pass (True) or in a separate parallel launch (False)
 #   BK            key columns per step of the intra pass
-#   intra_warps   warps of the intra pass
+#   intra_warps   warps of the intra pass (8 at BT 64; at BT 32, 2 warps beat 4 and 8 on the H200, 2026-12-02: each
+#                 16 x 16 product's layout conversions span fewer warps, and four programs share a multiprocessor)
 #   intra_maxnreg_softplus, intra_maxnreg_bounded   register cap of the intra pass for each gate form
 #                 (None: the compiler's choice, 255 at 8 warps: one program per multiprocessor; 128: two,
 #                 with some spills). On the H200 (2026-11-30) 128 made the bounded-gate workloads
@@ -69,12 +73,17 @@ from triton.language.extra import libdevice
 #   BT            chunk length in tokens: 64 (two 32-row blocks per chunk, measured since v1), or 32 (two 16-row
 #                 blocks: offline, Triton 3.9, sm_90, the bounded-gate intra pass at the cap of 128 keeps 96 B
 #                 of stack instead of 688 and issues 120 mma.sync per chunk instead of 352, 32% fewer per token;
-#                 the state pass then walks twice the steps, on mma.sync instead of wgmma). Not yet timed.
+#                 the state pass then walks twice the steps, on mma.sync instead of wgmma). On the H200 (2026-12-02):
+#                 the intra pass 1.6-2x faster on 2 warps, the state pass 1.6x slower on one sequence; the
+#                 champion (champion_h200.json) chooses per shape
+#   merge         with BT 32: a third launch (_merge_halves) combines each two chunks of 32 into one of 64 for the
+#                 state pass, which then walks 64-token steps (the BT 32 intra pass is 1.6-2x faster than BT 64's on
+#                 2 warps, the BT 32 state pass 1.6x slower on one sequence: H200, 2026-12-02, DESIGN.md 6.5)
 #   store_early   the intra pass writes qg, kd and b k exp(G) of a key block before its A products (True)
 #                 or after them (False, measured as v1.4): only the compiler's register allocation
 #                 differs (offline, Triton 3.6, sm_90: stack 744 -> 592 B at the bounded cap of 128,
 #                 120 -> 0 B uncapped)
-PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True, "BT": 64}
+PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True, "BT": 64, "merge": False}
 # Per-shape points ([[axes, params], ...], nearest shape wins; empty: PARAMS everywhere), written by
 # python -m evoteam.sweep --emit-champion, built by --build into a copy of this file.
 DISPATCH = []
@@ -83,6 +92,11 @@ A_LOWP = True  # bf16 operands for Aqk / Akk (tf32 otherwise)
 INV_LOWP = False  # bf16 operands in the product form of Tinv (tf32 otherwise)
 # bf16 operands for w = Tinv (...) and u = Tinv (b v); b k exp(G) passes through the workspace as bf16 either way
 WU_LOWP = True
+
+# Probe-only (scripts/kda_probe.py --ablate): a bit mask of intra-pass stages left out, to place the pass's time
+# without hardware counters (the output is then wrong): 1 the A products, 2 the inverse (Tinv taken as Akk),
+# 4 the w pass, 8 the u pass, 16 the stores of qg, kd and b k exp(G). 0 in every real call.
+ABLATE = 0
 
 FAST_LAUNCH = True  # launch the compiled kernels directly after the first call of a shape
 _WORKSPACE = {}
@@ -157,7 +171,7 @@ def _block_gates(g_raw, dt_bias, tok0, tok1, m0, m1, i_h, o_k, b_a, lower_bound,
 
 @triton.jit
 def _chunk_of_program(cu_seqlens, i_c, N, NP: tl.constexpr, BT: tl.constexpr):
-    """(sequence, its first token, the chunk's first token, the sequence's end) of global chunk i_c;
+    """(sequence, the chunk's first token, the sequence's end, the sequence's first token) of global chunk i_c;
     sequence == N when i_c is past the last chunk."""
     o_np = tl.arange(0, NP)
     m_np = o_np < N
@@ -171,7 +185,7 @@ def _chunk_of_program(cu_seqlens, i_c, N, NP: tl.constexpr, BT: tl.constexpr):
     bos = tl.load(cu_seqlens + i_ns).to(tl.int64)
     eos = tl.load(cu_seqlens + i_ns + 1).to(tl.int64)
     t0 = bos + (i_c - cstart).to(tl.int64) * BT
-    return i_n, t0, eos
+    return i_n, t0, eos, bos
 
 
 @triton.jit
@@ -272,7 +286,7 @@ def _intra_chunk(
     H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
     BK: tl.constexpr, BVU: tl.constexpr, NP: tl.constexpr,
     BOUNDED: tl.constexpr, STORE_EARLY: tl.constexpr, A_LOWP: tl.constexpr, INV_LOWP: tl.constexpr, WU_LOWP: tl.constexpr,
-    INTERP: tl.constexpr,
+    INTERP: tl.constexpr, ABLATE: tl.constexpr = 0, AQK_W: tl.constexpr = 0,
 ):
     """One chunk of one head. The chunk's rows are handled as two blocks of BC = BT / 2 rows
     (block 0: rows 0..BC-1, block 1: rows BC..BT-1), each a tensor of its own."""
@@ -280,7 +294,7 @@ def _intra_chunk(
     LOG2_BC: tl.constexpr = 5 if BC == 32 else (4 if BC == 16 else 6)
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
-    i_n, t0, eos = _chunk_of_program(cu_seqlens, i_c, N, NP, BT)
+    i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, BT)
     if i_n >= N:
         return
     L = tl.minimum(eos - t0, BT)
@@ -335,7 +349,7 @@ def _intra_chunk(
         # cross block was taken relative to c1, which bounded the whole chunk's decay instead: 1-5%
         # of the softplus workloads' chunks took the slow exact path.)
         worst = tl.maximum(worst, tl.max(tl.maximum(-s0, s0 - gl), 0))
-        if STORE_EARLY:
+        if STORE_EARLY and (ABLATE & 16) == 0:
             _store_state_operands(q0, k0, q1, k1, G0, G1, gl, rq0, rq1, rk0, rk1, beta0, beta1, row0, row1,
                                   m0, m1, o_k, qg_ws, kd_ws, w_ws, el_row, K, INTERP)
         e0 = tl.exp2(tl.minimum(G0 - c0[None, :], 120.0))
@@ -348,13 +362,14 @@ def _intra_chunk(
         q1s = q1 * e1
         k1s = k1 * e1
         to_boundary = tl.exp2(c1 - s0)[None, :]
-        a00q = tl.dot(_operand(q0 * e0, A_LOWP, INTERP), k0c, a00q)
-        a00k = tl.dot(_operand(k0 * e0, A_LOWP, INTERP), k0c, a00k)
-        a10q = tl.dot(_operand(q1s * to_boundary, A_LOWP, INTERP), k0b, a10q)
-        a10k = tl.dot(_operand(k1s * to_boundary, A_LOWP, INTERP), k0b, a10k)
-        a11q = tl.dot(_operand(q1s, A_LOWP, INTERP), k1c, a11q)
-        a11k = tl.dot(_operand(k1s, A_LOWP, INTERP), k1c, a11k)
-        if not STORE_EARLY:
+        if (ABLATE & 1) == 0:
+            a00q = tl.dot(_operand(q0 * e0, A_LOWP, INTERP), k0c, a00q)
+            a00k = tl.dot(_operand(k0 * e0, A_LOWP, INTERP), k0c, a00k)
+            a10q = tl.dot(_operand(q1s * to_boundary, A_LOWP, INTERP), k0b, a10q)
+            a10k = tl.dot(_operand(k1s * to_boundary, A_LOWP, INTERP), k0b, a10k)
+            a11q = tl.dot(_operand(q1s, A_LOWP, INTERP), k1c, a11q)
+            a11k = tl.dot(_operand(k1s, A_LOWP, INTERP), k1c, a11k)
+        if not STORE_EARLY and (ABLATE & 16) == 0:
             _store_state_operands(q0, k0, q1, k1, G0, G1, gl, rq0, rq1, rk0, rk1, beta0, beta1, row0, row1,
                                   m0, m1, o_k, qg_ws, kd_ws, w_ws, el_row, K, INTERP)
     if worst > 240.0:
@@ -369,18 +384,32 @@ def _intra_chunk(
     a11k = tl.where(strict, a11k * (beta1 * rk1)[:, None] * rk1[None, :], 0.0)
     a10k = a10k * (beta1 * rk1)[:, None] * rk0[None, :]
 
-    p_a0 = aqk_ws + row0[:, None] * BT + o_i[None, :]
-    p_a1 = aqk_ws + row1[:, None] * BT + o_i[None, :]
+    if AQK_W == 0:  # Aqk rows of this chunk's width
+        p_a0 = aqk_ws + row0[:, None] * BT + o_i[None, :]
+        p_a1 = aqk_ws + row1[:, None] * BT + o_i[None, :]
+    else:  # rows of a chunk twice as long (merged by _merge_halves): this chunk's columns, zeros in the others
+        col = (((t0 - bos) // BT) % 2) * BT  # 0 for the first half of its 2 BT chunk, BT for the second
+        p_a0 = aqk_ws + row0[:, None] * AQK_W + col + o_i[None, :]
+        p_a1 = aqk_ws + row1[:, None] * AQK_W + col + o_i[None, :]
+        zeros = tl.zeros([BC, BC], dtype=tl.bfloat16)
+        other = BT - 2 * col  # BT from the first half's columns, -BT from the second's
+        tl.store(p_a0 + other, zeros, mask=m0[:, None])
+        tl.store(p_a0 + other + BC, zeros, mask=m0[:, None])
+        tl.store(p_a1 + other, zeros, mask=m1[:, None])
+        tl.store(p_a1 + other + BC, zeros, mask=m1[:, None])
     tl.store(p_a0, _to_bf16(a00q, INTERP), mask=m0[:, None])
     tl.store(p_a0 + BC, tl.zeros([BC, BC], dtype=tl.bfloat16), mask=m0[:, None])
     tl.store(p_a1, _to_bf16(a10q, INTERP), mask=m1[:, None])
     tl.store(p_a1 + BC, _to_bf16(a11q, INTERP), mask=m1[:, None])
 
     # ---- Tinv = (I + Akk)^-1 by blocks: [[T00, 0], [T10, T11]], T10 = -T11 A10 T00
-    t00 = _inverse_unit_lower(a00k, BC, LOG2_BC, INV_LOWP, INTERP)
-    t11 = _inverse_unit_lower(a11k, BC, LOG2_BC, INV_LOWP, INTERP)
-    t10 = -tl.dot(_operand(tl.dot(_operand(t11, INV_LOWP, INTERP), _operand(a10k, INV_LOWP, INTERP)),
-                           INV_LOWP, INTERP), _operand(t00, INV_LOWP, INTERP))
+    if (ABLATE & 2) == 0:
+        t00 = _inverse_unit_lower(a00k, BC, LOG2_BC, INV_LOWP, INTERP)
+        t11 = _inverse_unit_lower(a11k, BC, LOG2_BC, INV_LOWP, INTERP)
+        t10 = -tl.dot(_operand(tl.dot(_operand(t11, INV_LOWP, INTERP), _operand(a10k, INV_LOWP, INTERP)),
+                               INV_LOWP, INTERP), _operand(t00, INV_LOWP, INTERP))
+    else:
+        t00, t10, t11 = a00k, a10k, a11k
     t00 = _operand(t00, WU_LOWP, INTERP)
     t10 = _operand(t10, WU_LOWP, INTERP)
     t11 = _operand(t11, WU_LOWP, INTERP)
@@ -388,25 +417,84 @@ def _intra_chunk(
     # ---- w = Tinv (b k exp(G)): b k exp(G) from w's place (bf16, as the dot's operand was), written
     # above by other threads of this program: the barrier orders those stores before these loads
     tl.debug_barrier()
-    for kb in tl.static_range(K // BK):
-        o_k = kb * BK + tl.arange(0, BK)
-        p_ws0 = row0[:, None] * K + o_k[None, :]
-        p_ws1 = row1[:, None] * K + o_k[None, :]
-        x0 = _operand(tl.load(w_ws + p_ws0, mask=m0[:, None], other=0.0), WU_LOWP, INTERP)
-        x1 = _operand(tl.load(w_ws + p_ws1, mask=m1[:, None], other=0.0), WU_LOWP, INTERP)
-        w0 = tl.dot(t00, x0)
-        w1 = tl.dot(t11, x1, tl.dot(t10, x0))
-        tl.store(w_ws + p_ws0, _to_bf16(w0, INTERP), mask=m0[:, None])
-        tl.store(w_ws + p_ws1, _to_bf16(w1, INTERP), mask=m1[:, None])
+    if (ABLATE & 4) == 0:
+        for kb in tl.static_range(K // BK):
+            o_k = kb * BK + tl.arange(0, BK)
+            p_ws0 = row0[:, None] * K + o_k[None, :]
+            p_ws1 = row1[:, None] * K + o_k[None, :]
+            x0 = _operand(tl.load(w_ws + p_ws0, mask=m0[:, None], other=0.0), WU_LOWP, INTERP)
+            x1 = _operand(tl.load(w_ws + p_ws1, mask=m1[:, None], other=0.0), WU_LOWP, INTERP)
+            w0 = tl.dot(t00, x0)
+            w1 = tl.dot(t11, x1, tl.dot(t10, x0))
+            tl.store(w_ws + p_ws0, _to_bf16(w0, INTERP), mask=m0[:, None])
+            tl.store(w_ws + p_ws1, _to_bf16(w1, INTERP), mask=m1[:, None])
     # ---- u = Tinv (b v)
-    for vb in tl.static_range(V // BVU):
-        o_v = vb * BVU + tl.arange(0, BVU)
-        v0 = _operand(_rows(v, tok0, m0, i_h, o_v, H, V) * beta0[:, None], WU_LOWP, INTERP)
-        v1 = _operand(_rows(v, tok1, m1, i_h, o_v, H, V) * beta1[:, None], WU_LOWP, INTERP)
-        u0 = tl.dot(t00, v0)
-        u1 = tl.dot(t11, v1, tl.dot(t10, v0))
-        tl.store(u_ws + row0[:, None] * V + o_v[None, :], _to_bf16(u0, INTERP), mask=m0[:, None])
-        tl.store(u_ws + row1[:, None] * V + o_v[None, :], _to_bf16(u1, INTERP), mask=m1[:, None])
+    if (ABLATE & 8) == 0:
+        for vb in tl.static_range(V // BVU):
+            o_v = vb * BVU + tl.arange(0, BVU)
+            v0 = _operand(_rows(v, tok0, m0, i_h, o_v, H, V) * beta0[:, None], WU_LOWP, INTERP)
+            v1 = _operand(_rows(v, tok1, m1, i_h, o_v, H, V) * beta1[:, None], WU_LOWP, INTERP)
+            u0 = tl.dot(t00, v0)
+            u1 = tl.dot(t11, v1, tl.dot(t10, v0))
+            tl.store(u_ws + row0[:, None] * V + o_v[None, :], _to_bf16(u0, INTERP), mask=m0[:, None])
+            tl.store(u_ws + row1[:, None] * V + o_v[None, :], _to_bf16(u1, INTERP), mask=m1[:, None])
+
+
+@triton.jit(do_not_specialize=["T", "N", "NC_HALF", "NC_FULL", "H"])
+def _merge_halves(
+    w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_half, el_full, cu_seqlens,
+    T, N, NC_HALF, NC_FULL,
+    H, K: tl.constexpr, V: tl.constexpr, BH: tl.constexpr, NP: tl.constexpr, INTERP: tl.constexpr,
+):
+    """The state pass's operands of a chunk of 2 BH tokens from those of its two halves a, b (chunks of BH, written
+    by the intra pass), in place. With M = w_b kd_a^T = Tinv_b A_ba (Tinv's 10 block is -M Tinv_a):
+    w_b <- w_b e^(s_a) - M w_a, u_b <- u_b - M u_a, qg_b <- qg_b e^(s_a), kd_a <- kd_a e^(s_b), Aqk_ba = qg_b kd_a^T,
+    exp(G_last) = e^(s_a) e^(s_b), where e^(s_a), e^(s_b) are the halves' exp(G_last) (per key column). Exact: the
+    cross block of A is (b k_b e^(G_b)) (k_a e^(G_last,a - G_a))^T, and Tinv_b (b k_b e^(G_b)) is the half's w_b."""
+    i_c = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, 2 * BH)
+    if i_n >= N:
+        return
+    # the sequence's first chunk of BH tokens: a prefix sum of the half-chunk counts of earlier sequences
+    o_np = tl.arange(0, NP)
+    m_np = o_np < N
+    cu0 = tl.load(cu_seqlens + o_np, mask=m_np, other=0)
+    cu1 = tl.load(cu_seqlens + o_np + 1, mask=m_np, other=0)
+    first_half = tl.sum(tl.where(o_np < i_n, (cu1 - cu0 + BH - 1) // BH, 0), 0)
+    i_a = first_half + ((t0 - bos) // BH).to(tl.int32)
+    o_k = tl.arange(0, K)
+    el_a = tl.load(el_half + (i_h.to(tl.int64) * NC_HALF + i_a) * K + o_k)
+    p_full = el_full + (i_h.to(tl.int64) * NC_FULL + i_c) * K + o_k
+    if eos - t0 <= BH:  # no second half: the chunk is its first half
+        tl.store(p_full, el_a)
+        return
+    el_b = tl.load(el_half + (i_h.to(tl.int64) * NC_HALF + i_a + 1) * K + o_k)
+    o_r = tl.arange(0, BH)
+    row_a = i_h.to(tl.int64) * T + t0 + o_r
+    row_b = row_a + BH
+    m_b = (t0 + BH + o_r) < eos
+    p_ka = row_a[:, None] * K + o_k[None, :]
+    p_kb = row_b[:, None] * K + o_k[None, :]
+    w_a = _operand(tl.load(w_ws + p_ka), True, INTERP)
+    kd_a = tl.load(kd_ws + p_ka).to(tl.float32)
+    w_b = tl.load(w_ws + p_kb, mask=m_b[:, None], other=0.0).to(tl.float32)
+    qg_b = tl.load(qg_ws + p_kb, mask=m_b[:, None], other=0.0).to(tl.float32)
+    kd_at = tl.trans(_operand(kd_a, True, INTERP))
+    m = tl.dot(_operand(w_b, True, INTERP), kd_at)  # [BH, BH]
+    aqk_ba = tl.dot(_operand(qg_b, True, INTERP), kd_at)
+    m_op = _operand(m, True, INTERP)
+    w_b = w_b * el_a[None, :] - tl.dot(m_op, w_a)
+    tl.store(w_ws + p_kb, _to_bf16(w_b, INTERP), mask=m_b[:, None])
+    tl.store(qg_ws + p_kb, _to_bf16(qg_b * el_a[None, :], INTERP), mask=m_b[:, None])
+    tl.store(kd_ws + p_ka, _to_bf16(kd_a * el_b[None, :], INTERP))
+    tl.store(aqk_ws + row_b[:, None] * (2 * BH) + o_r[None, :], _to_bf16(aqk_ba, INTERP), mask=m_b[:, None])
+    tl.store(p_full, el_a * el_b)
+    o_v = tl.arange(0, V)
+    u_a = _operand(tl.load(u_ws + row_a[:, None] * V + o_v[None, :]), True, INTERP)
+    p_ub = u_ws + row_b[:, None] * V + o_v[None, :]
+    u_b = tl.load(p_ub, mask=m_b[:, None], other=0.0).to(tl.float32)
+    tl.store(p_ub, _to_bf16(u_b - tl.dot(m_op, u_a), INTERP), mask=m_b[:, None])
 
 
 @triton.jit(do_not_specialize=["T", "N", "NCMAX", "H"])
@@ -479,7 +567,7 @@ def _output_pass(
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_v = tl.program_id(2)
-    i_n, t0, eos = _chunk_of_program(cu_seqlens, i_c, N, NP, BT)
+    i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, BT)
     if i_n >= N:
         return
     o_t = tl.arange(0, BT)
@@ -496,9 +584,10 @@ def _output_pass(
     tl.store(o + ((t0 + o_t)[:, None] * H + i_h) * V + o_v[None, :], _to_bf16(b_o, INTERP), mask=m_t[:, None])
 
 
-def _workspace(device, T, H, K, V, BT, ncmax, fuse_o):
-    """Intermediates of one shape, kept across calls (one shape at a time)."""
-    key = (str(device), T, H, K, V, BT, ncmax, fuse_o)
+def _workspace(device, T, H, K, V, BT, ncmax, fuse_o, state_bt, state_ncmax):
+    """Intermediates of one shape, kept across calls (one shape at a time). With merged halves (state_bt = 2 BT)
+    the Aqk rows are state_bt wide and exp(G_last) exists per chunk of each length ("el", "el_state")."""
+    key = (str(device), T, H, K, V, BT, ncmax, fuse_o, state_bt)
     ws = _WORKSPACE.get(key)
     if ws is None:
         _WORKSPACE.clear()
@@ -508,11 +597,13 @@ def _workspace(device, T, H, K, V, BT, ncmax, fuse_o):
             "u": torch.empty(H, T, V, device=device, dtype=bf16),
             "qg": torch.empty(H, T, K, device=device, dtype=bf16),
             "kd": torch.empty(H, T, K, device=device, dtype=bf16),
-            "aqk": torch.empty(H, T, BT, device=device, dtype=bf16),
+            "aqk": torch.empty(H, T, state_bt, device=device, dtype=bf16),
             "el": torch.empty(H, ncmax, K, device=device, dtype=torch.float32),
         }
+        ws["el_state"] = ws["el"] if state_bt == BT else torch.empty(H, state_ncmax, K, device=device,
+                                                                       dtype=torch.float32)
         if not fuse_o:
-            ws["hs"] = torch.empty(H, ncmax, K, V, device=device, dtype=bf16)
+            ws["hs"] = torch.empty(H, state_ncmax, K, V, device=device, dtype=bf16)
             ws["vn"] = torch.empty(H, T, V, device=device, dtype=bf16)
         else:
             ws["hs"] = ws["vn"] = ws["u"]  # not touched
@@ -575,7 +666,7 @@ def _current_stream(device_index):
 
 
 class _Plan:
-    __slots__ = ("p", "ws", "ncmax", "intra", "state", "out", "consts")
+    __slots__ = ("p", "ws", "ncmax", "state_ncmax", "intra", "merge", "state", "out", "consts")
 
 
 def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
@@ -583,23 +674,29 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
     pl = _Plan()
     pl.p = p
     BT = p["BT"]
+    state_bt = 2 * BT if p["merge"] and BT == 32 else BT  # the state pass's chunk (merge: halves of BT combined)
     pl.ncmax = T // BT + N  # >= sum over sequences of cdiv(length, BT)
-    pl.ws = _workspace(device, T, H, K, V, BT, pl.ncmax, p["FUSE_O"])
+    pl.state_ncmax = T // state_bt + N
+    pl.ws = _workspace(device, T, H, K, V, BT, pl.ncmax, p["FUSE_O"], state_bt, pl.state_ncmax)
     fast = FAST_LAUNCH and not interpreted
     np_ = max(16, triton.next_power_of_2(N))  # one compiled kernel for up to 16 sequences
     bv = p["BV"] or (16 if N * H < 16 else 32 if N * H < 64 else 64)
     pl.consts = {
-        "intra": (H, K, V, BT, p["BK"], p["BK"], np_, bool(bounded), bool(p["store_early"]), A_LOWP, INV_LOWP, WU_LOWP, interpreted),
-        "state": (H, K, V, BT, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted),
-        "out": (H, K, V, BT, bv, np_, interpreted),
+        "intra": (H, K, V, BT, p["BK"], p["BK"], np_, bool(bounded), bool(p["store_early"]), A_LOWP, INV_LOWP,
+                  WU_LOWP, interpreted, ABLATE, state_bt if state_bt != BT else 0),
+        "merge": (H, K, V, BT, np_, interpreted),
+        "state": (H, K, V, state_bt, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted),
+        "out": (H, K, V, state_bt, bv, np_, interpreted),
     }
     intra_options = {"num_warps": p["intra_warps"]}
     maxnreg = p["intra_maxnreg_bounded"] if bounded else p["intra_maxnreg_softplus"]
     if maxnreg and not interpreted:
         intra_options["maxnreg"] = maxnreg
     pl.intra = _Launch(_intra_chunk, (pl.ncmax, H, 1), intra_options, fast)
+    pl.merge = None if state_bt == BT else _Launch(_merge_halves, (pl.state_ncmax, H, 1), {"num_warps": 4}, fast)
     pl.state = _Launch(_state_pass, (N * H * (V // bv), 1, 1), {"num_warps": p["num_warps"]}, fast)
-    pl.out = None if p["FUSE_O"] else _Launch(_output_pass, (pl.ncmax, H, V // bv), {"num_warps": p["num_warps"]}, fast)
+    pl.out = None if p["FUSE_O"] else _Launch(_output_pass, (pl.state_ncmax, H, V // bv),
+                                              {"num_warps": p["num_warps"]}, fast)
     return pl
 
 
@@ -628,15 +725,19 @@ def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
     tensors = (q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens, o, final_state)
     contiguous, aligned = _contiguous_aligned(tensors)
     assert contiguous, "the kernels assume contiguous tensors"
-    ws, ncmax = pl.ws, pl.ncmax
+    ws, ncmax, state_ncmax = pl.ws, pl.ncmax, pl.state_ncmax
     h0 = initial_state if has_initial_state else final_state  # not read without an initial state
     pl.intra((q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens,
               ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"],
               float(scale), float(lower_bound), T, N, ncmax, *pl.consts["intra"]), aligned)
-    pl.state((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"], h0, cu_seqlens, o, final_state,
-              ws["hs"], ws["vn"], T, N, ncmax, *pl.consts["state"]), aligned)
+    if pl.merge is not None:
+        pl.merge((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"], ws["el_state"], cu_seqlens,
+                  T, N, ncmax, state_ncmax, *pl.consts["merge"]), aligned)
+    pl.state((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el_state"], h0, cu_seqlens, o, final_state,
+              ws["hs"], ws["vn"], T, N, state_ncmax, *pl.consts["state"]), aligned)
     if pl.out is not None:
-        pl.out((ws["qg"], ws["aqk"], ws["hs"], ws["vn"], cu_seqlens, o, T, N, ncmax, *pl.consts["out"]), aligned)
+        pl.out((ws["qg"], ws["aqk"], ws["hs"], ws["vn"], cu_seqlens, o, T, N, state_ncmax, *pl.consts["out"]),
+               aligned)
     return None
 
 
