@@ -16,6 +16,14 @@
 #            graph replay (device time) with CUDA events as the second figure: two runs, one machine start
 #   flabig1, flabig2   the kernel vs fla on the 17 workloads of 8k tokens or more, graph replay where fla's call
 #            captures (else events, as the verdict records), events as the second figure
+#   select   the kernel alone (no baseline, no check) at SELECT_POINTS on all 24 workloads, graph replay; writes
+#            OUT/champion.json, whose dispatch runs each shape's fastest point (kda_probe.py --emit-champion;
+#            SELECT_STOP seconds, default 330, then the workloads left are not probed); verify it with champ_fk
+#   ablate   where the intra pass's time goes: ABLATE_POINTS with stages left out (kda_probe.py --ablate) on two
+#            16k x 32 workloads (bounded and softplus gate)
+#   champ_fk, champ_fla   OUT/champion.json's kernel (from select, or CHAMPION=FILE, else the committed champion) vs FlashKDA on the 11
+#            bounded-gate workloads (graph replay) / vs fla on the 8k+ workloads (graph replay), every workload checked;
+#            CHAMP_FK_WORKLOADS, CHAMP_FLA_WORKLOADS replace their workload lists
 #   sweep1 .. sweepN   shard K of ${SWEEP_SHARDS:-4} of the family's space (python -m evoteam.sweep;
 #            fla's times from the baseline cache that bench1/bench2 filled while the machine stays
 #            warm); SWEEP_ARGS adds arguments, e.g. SWEEP_ARGS='--space {"BV":[16,64]}'
@@ -49,6 +57,11 @@ trap save_autotune EXIT
 kernel=${KERNEL:-kernels/kda_prefill/chunk_triton.py}
 default_points='[{}, {"FUSE_O": false}, {"intra_maxnreg_bounded": null}, {"BV": 16}]'
 probe_points=${PROBE_POINTS:-$default_points}
+# v1.5, 32-token chunks on 2 warps (the bounded gate uncapped), and the same with halves merged into 64-token steps:
+# the points that won on the H200 (2026-12-02, DESIGN.md 6.5; key blocks of 32, value blocks of 16 and 1 warp lost)
+select_points='[{}, {"BT": 32, "intra_warps": 2, "intra_maxnreg_bounded": null},
+ {"BT": 32, "intra_warps": 2, "intra_maxnreg_bounded": null, "merge": true}]'
+ablate_points='[{"BT": 32, "intra_warps": 4}]'
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 echo "kernel: $kernel"
@@ -77,6 +90,26 @@ for part in $parts; do
         --workloads efbdc890 25d16f3d --json "$out/flashkda-probe.json" 2>&1 | grep -v Warning | tee "$out/flashkda-probe.log"
       grep -q "_flash_kda_fwd" "$out/flashkda-probe.log" || { echo "FlashKDA's kernels were not seen" >&2; exit 1; } ;;
     fkbench[1-9]) use_flashkda || exit 1; bench "$part" flashkda graph --workloads $bounded ;;
+    select)
+      python3 scripts/kda_probe.py "$kernel" --deadline 580 --stop-after "${SELECT_STOP:-330}" --reps 10 \
+        --points "${SELECT_POINTS:-$select_points}" \
+        --workloads $first12 $last12 --json "$out/select.json" --emit-champion "$out/champion.json" 2>&1 \
+        | grep -v Warning | tee "$out/select.log" ;;
+    ablate)
+      python3 scripts/kda_probe.py "$kernel" --deadline 300 --reps 10 --points "${ABLATE_POINTS:-$ablate_points}" \
+        --ablate 1 --ablate 2 --ablate 12 --ablate 16 --workloads 1476db7b df87a189 --json "$out/ablate.json" 2>&1 \
+        | grep -v Warning | tee "$out/ablate.log" ;;
+    champ_fk|champ_fla)
+      champion=${CHAMPION:-$out/champion.json}
+      [ -f "$champion" ] || champion=kernels/kda_prefill/champion_h200.json  # select did not write one
+      python3 -m evoteam.sweep --build "$champion" --emit-kernel /tmp/kda-champion.py || exit 1
+      if [ "$part" = champ_fk ]; then
+        use_flashkda || exit 1; base=flashkda; wl=${CHAMP_FK_WORKLOADS:-$bounded}
+      else
+        base=fla; wl=${CHAMP_FLA_WORKLOADS:-$long}
+      fi
+      KERNEL_SAVED=$kernel; kernel=/tmp/kda-champion.py
+      bench "$part" "$base" graph --workloads $wl; kernel=$KERNEL_SAVED ;;
     flabig[1-9]) bench "$part" fla graph --workloads $long ;;
     sweep[1-9])
       k=${part#sweep}

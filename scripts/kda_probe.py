@@ -4,7 +4,7 @@ registers, spills and shared memory; optionally library baselines next to it (fl
 per-launch kernel names show which library code really ran) and errors against the reference. For the design note's prediction-versus-measurement table; not a verdict (use evoteam.bench).
 
     python scripts/kda_probe.py [KERNEL.py] [--points '[{}, {"BV": 16}]'] [--workloads PREFIX ...]
-                                [--baseline fla --baseline flashkda] [--check] [--json OUT.json]
+                                [--baseline fla --baseline flashkda] [--check] [--ablate MASK ...] [--json OUT.json]
 
 For each point (PARAMS overrides of the kernel file; default: the file as it is) and workload, on
 fresh random inputs (the task's make_inputs):
@@ -59,8 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", action="append", default=[],
                    help="time a baseline adapter too (repeatable): fla (the first call per shape autotunes), flashkda")
     p.add_argument("--check", action="store_true", help="errors against the fp32 reference (slow on long sequences)")
+    p.add_argument("--ablate", action="append", type=int, default=[],
+                   help="also time each point with these intra-pass stages left out (the kernel's ABLATE bit mask; "
+                        "repeatable): differences of times place the pass's time without hardware counters; the "
+                        "output of such a variant is wrong by design")
+    p.add_argument("--stop-after", type=float, default=0,
+                   help="start no new workload after this many seconds (the JSON and champion keep what was probed)")
+    p.add_argument("--rows-from", type=Path,
+                   help="measure nothing: take the rows of an earlier probe's --json (with --emit-champion; no GPU needed)")
+    p.add_argument("--emit-champion", type=Path,
+                   help="write a champion file (kernels/kda_prefill/champion_<hw>.json form) whose dispatch runs, on each "
+                        "probed workload's shape, the point with the least graph-replay device time (ablated variants "
+                        "never count); the probe checks nothing: verify it with evoteam.bench before committing it")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     probes.arm_deadline(args.deadline)
+
+    if args.rows_from:
+        return emit_from_rows(args)
 
     import torch
 
@@ -73,9 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     task = load_task("kda_prefill")
     workloads = select_workloads(task.scaled_workloads("full"), args.workloads)
     device = hw.torch_device
-    variants = load_variants(Path(args.kernel), json.loads(args.points), Path(tempfile.mkdtemp(prefix="kda-probe-")),
-                             "kda_probe")
-    modules = {json.dumps(point, separators=(",", ":")): module for point, module in variants}
+    points = json.loads(args.points)
+    masks = [0, *args.ablate]
+    variants = load_variants(Path(args.kernel), [point for point in points for _ in masks],
+                             Path(tempfile.mkdtemp(prefix="kda-probe-")), "kda_probe")
+    modules = {}
+    unablated = {}  # name -> point, the variants that are points of the family (not ablations)
+    for i, (point, module) in enumerate(variants):
+        mask = masks[i % len(masks)]
+        name = json.dumps(point, separators=(",", ":"))
+        if mask:
+            module.ABLATE = mask  # read when the module makes its first plan
+            name += f" ablate={mask}"
+        else:
+            unablated[name] = point
+        modules[name] = module
     libraries = {}
     for name in args.baseline:
         try:
@@ -87,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     resources = {}
-    for w in workloads:
+    started = time.perf_counter()
+    for n_done, w in enumerate(workloads):
+        if args.stop_after and time.perf_counter() - started > args.stop_after:
+            print(f"stopping after {args.stop_after:.0f} s: {len(workloads) - n_done} workload(s) not probed", flush=True)
+            break
         gen = torch.Generator(device=device)
         gen.manual_seed(1234)
         inputs = task.make_inputs(w, gen, device)
@@ -127,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 per = kernel_times(fn, device)
             except Exception as exc:  # noqa: BLE001 - the breakdown is a nicety
                 per = {f"profiler failed: {type(exc).__name__}": 0.0}
-            row = {"workload": w.uuid[:8], "shape": shape_label(w), "kernel": name, "first_call_s": first_s,
+            row = {"workload": w.uuid[:8], "shape": shape_label(w), "axes": dict(w.axes), "kernel": name,
+                   "first_call_s": first_s,
                    "host_us": host, "events_us": ev.median_ms * 1e3,
                    "graph_us": gr.median_ms * 1e3, "graph_mode": gr.mode, "floor_us": floor_us,
                    "per_launch_us": per}
@@ -159,8 +191,67 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in resources.items():
         print(f"{key}: {value}")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "resources": resources}, indent=1))
+        args.json.write_text(json.dumps({"hardware": hw.name, "rows": rows, "resources": resources}, indent=1))
+    if args.emit_champion:
+        champion = fastest_point_champion(Path(args.kernel), task, hw.name, rows, unablated)
+        from evoteam.sweep import champion_text
+
+        args.emit_champion.write_text(champion_text(champion))
+        print(f"champion ({len(champion.dispatch)} shapes) written to {args.emit_champion}")
     return 0
+
+
+def emit_from_rows(args) -> int:
+    """--rows-from: the champion of an earlier probe's rows (its point names are the JSON of each point)."""
+    from evoteam.task import load_task
+
+    if not args.emit_champion:
+        raise SystemExit("--rows-from needs --emit-champion")
+    data = json.loads(args.rows_from.read_text())
+    names = dict.fromkeys(r["kernel"] for r in data["rows"] if " ablate=" not in r["kernel"])
+    champion = fastest_point_champion(Path(args.kernel), load_task("kda_prefill"), data.get("hardware", "h200"),
+                                      data["rows"], {name: json.loads(name) for name in names})
+    from evoteam.sweep import champion_text
+
+    args.emit_champion.write_text(champion_text(champion))
+    print(f"champion ({len(champion.dispatch)} shapes) written to {args.emit_champion}: {champion.made_by}")
+    return 0
+
+
+SHAPE_AXES = ("num_heads", "num_seqs", "total_seq_len")  # the chunk family's params_for axes
+
+
+def fastest_point_champion(kernel: Path, task, hardware: str, rows: list[dict], points: dict[str, dict]):
+    """A Champion of the kernel's family: for each probed shape (SHAPE_AXES; workloads of one shape, e.g. the two
+    gate forms, share an entry) the point (PARAMS overrides) of least graph-replay time, in geomean over that shape's
+    workloads where every point was timed on all of them. Names with an ablation are not points and never count."""
+    from evoteam.families import Champion, load_families
+    from evoteam.harness.model import geomean
+
+    family = next((f for f in load_families(task) if f.path.resolve() == kernel.resolve()), None)
+    if family is None:
+        raise SystemExit(f"--emit-champion: {kernel} is not a family file of {task.name}'s families.json")
+    times: dict[tuple, dict[str, dict[str, float]]] = {}  # shape -> point name -> workload -> graph us
+    for row in rows:
+        if row["kernel"] in points and row.get("graph_us"):
+            shape = tuple(row["axes"][a] for a in SHAPE_AXES)
+            times.setdefault(shape, {}).setdefault(row["kernel"], {})[row["workload"]] = row["graph_us"]
+    first = next(iter(points))
+    dispatch, gains = [], []
+    for shape in sorted(times):
+        by_point = times[shape]
+        workloads = set().union(*by_point.values())
+        complete = {name: t for name, t in by_point.items() if set(t) == workloads}
+        if not complete:
+            continue
+        name = min(complete, key=lambda n: geomean(list(complete[n].values())))
+        dispatch.append([dict(zip(SHAPE_AXES, shape)), points[name]])
+        if first in complete:
+            gains += [complete[first][u] / complete[name][u] for u in workloads]
+    made_by = (f"scripts/kda_probe.py --emit-champion: per shape the point of least graph-replay device time among "
+               f"{len(points)} ({', '.join(points)}) on {len(gains)} workloads; {geomean(gains) or 0:.3f}x the first "
+               f"point's time in geomean (unchecked by the probe)")
+    return Champion(task=task.name, family=family, hardware=hardware, params={}, dispatch=dispatch, made_by=made_by)
 
 
 if __name__ == "__main__":

@@ -17,3 +17,35 @@ def test_parser_has_the_shared_options_and_takes_the_callers():
                          "--deadline", "30", "--reps", "3"])
     assert (args.kernel, args.points, args.workloads, args.json, args.deadline, args.reps) == \
         ("x.py", '[{"BV": 16}]', ["b", "c"], Path("o.json"), 30.0, 3)
+
+
+def test_the_probes_champion_runs_each_shapes_fastest_point_and_never_an_ablation():
+    import kda_probe
+
+    from evoteam.families import Champion
+    from evoteam.task import load_task
+
+    task = load_task("kda_prefill")
+    kernel = Path(task.folder) / "chunk_triton.py"
+    fast = {"BT": 32, "intra_warps": 4}
+    points = {"{}": {}, '{"BT":32,"intra_warps":4}': fast}
+
+    def row(uuid, heads, seqs, tokens, name, us):
+        return {"workload": uuid, "axes": {"num_heads": heads, "num_seqs": seqs, "total_seq_len": tokens},
+                "kernel": name, "graph_us": us}
+
+    rows = [row("aaaa", 32, 1, 16384, "{}", 1900.0), row("aaaa", 32, 1, 16384, '{"BT":32,"intra_warps":4}', 1700.0),
+            row("aaaa", 32, 1, 16384, "{} ablate=12", 100.0),  # an ablation is faster, and wrong: never chosen
+            row("bbbb", 8, 1, 16384, "{}", 800.0), row("bbbb", 8, 1, 16384, '{"BT":32,"intra_warps":4}', 990.0),
+            # two workloads of one shape (the two gate forms): one entry, by the geomean over both
+            row("cccc", 16, 1, 8192, "{}", 600.0), row("cccc", 16, 1, 8192, '{"BT":32,"intra_warps":4}', 590.0),
+            row("dddd", 16, 1, 8192, "{}", 500.0), row("dddd", 16, 1, 8192, '{"BT":32,"intra_warps":4}', 560.0)]
+    champion = kda_probe.fastest_point_champion(kernel, task, "h200", rows, points)
+    assert isinstance(champion, Champion) and champion.params == {}
+    assert champion.dispatch == [[{"num_heads": 8, "num_seqs": 1, "total_seq_len": 16384}, {}],
+                                 [{"num_heads": 16, "num_seqs": 1, "total_seq_len": 8192}, {}],
+                                 [{"num_heads": 32, "num_seqs": 1, "total_seq_len": 16384}, fast]]
+    assert "on 4 workloads; 1.028x" in champion.made_by  # geomean of 1900/1700, 800/800, 1, 1
+    by_uuid = {w.uuid[:8]: w for w in task.scaled_workloads("full")}
+    chosen = champion.points_by_workload([by_uuid["1476db7b"], by_uuid["b9321a1b"]])  # 16k x 32 and 16k x 8
+    assert chosen[by_uuid["1476db7b"].uuid]["BT"] == 32 and chosen[by_uuid["b9321a1b"].uuid]["BT"] == 64
