@@ -25,14 +25,10 @@ parts=${*:-probe mla}
 mkdir -p "$out"
 . "$(dirname "$0")/device_env.sh"
 use_wheels flashinfer fla || exit 1
-export PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
+export PYTHONUNBUFFERED=1
 export EVOTEAM_CACHE_DIR=${EVOTEAM_CACHE_DIR:-/tmp/integrity-evoteam-cache}
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/integrity-triton-cache}
-mkdir -p "$TRITON_CACHE_DIR"
+use_autotune_cache "$out" /tmp/integrity-triton-cache
 use_bwrap || exit 1
-if [ -n "${AUTOTUNE_IN:-}" ] && [ -f "$AUTOTUNE_IN" ]; then
-  tar xzf "$AUTOTUNE_IN" -C "$TRITON_CACHE_DIR" && echo "fla autotuning restored from $AUTOTUNE_IN"
-fi
 log=$out/report.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$log"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$log"
@@ -75,8 +71,7 @@ for part in $parts; do
       suffix=${part#kda}
       kda=(--task kda_prefill --baseline fla --warmup 3 --reps 20 --label chunk --workloads $kda_workloads)
       timed "kda_events$suffix" "$kda_kernel" "${kda[@]}" --timing events --json "$out/kda_events$suffix.json"
-      timed "kda_graph$suffix" "$kda_kernel" "${kda[@]}" --timing graph --json "$out/kda_graph$suffix.json"
-      (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' | tar czf "$out/autotune.tgz" -T -) ;;
+      timed "kda_graph$suffix" "$kda_kernel" "${kda[@]}" --timing graph --json "$out/kda_graph$suffix.json" ;;
     redteam)
       python3 tests/redteam/run.py --hardware auto --json "$out/redteam.json" 2>&1 | tee -a "$log" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;

@@ -41,19 +41,8 @@ mkdir -p "$out"
 . "$(dirname "$0")/device_env.sh"
 use_wheels fla || exit 1
 use_bwrap || exit 1  # the candidates' sandbox (bubblewrap), from .devtools/ where the host lacks it
-export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=/tmp/kda-evoteam-cache TRITON_CACHE_AUTOTUNING=1
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kda-triton-cache}
-# fla's autotuning results (Triton's *.autotune.json) outlive the machine in $out/autotune.tgz; a later
-# call restores them from AUTOTUNE_IN (e.g. a copy carried in the ignored .device-cache/), so fla tunes
-# each shape key once, not once per machine start (about a minute each).
-mkdir -p "$TRITON_CACHE_DIR"
-if [ -n "${AUTOTUNE_IN:-}" ] && [ -f "$AUTOTUNE_IN" ]; then
-  tar xzf "$AUTOTUNE_IN" -C "$TRITON_CACHE_DIR" && echo "fla autotuning restored from $AUTOTUNE_IN"
-fi
-save_autotune() {
-  (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' | tar czf "$out/autotune.tgz" -T -)
-}
-trap save_autotune EXIT
+export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=/tmp/kda-evoteam-cache
+use_autotune_cache "$out" /tmp/kda-triton-cache  # fla's autotuning: AUTOTUNE_IN in, OUT/autotune.tgz out
 kernel=${KERNEL:-kernels/kda_prefill/chunk_triton.py}
 default_points='[{}, {"FUSE_O": false}, {"intra_maxnreg_bounded": null}, {"BV": 16}]'
 probe_points=${PROBE_POINTS:-$default_points}

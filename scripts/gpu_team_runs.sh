@@ -14,7 +14,8 @@ mkdir -p "$out"
 . "$(dirname "$0")/device_env.sh"
 use_wheels || exit 1
 use_bwrap || exit 1  # the candidates' sandbox (bubblewrap), from .devtools/ where the host lacks it
-export PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1 EVOTEAM_CACHE_DIR=$out/cache
+export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$out/cache
+use_autotune_cache "$out" /tmp/team-triton-cache  # fla's autotuning (the KDA runs' baseline): AUTOTUNE_IN in, out/autotune.tgz
 for task in $tasks; do
   for team in single fixed4 evolving; do
     echo "=== $task, team=$team, $evals evaluations"
