@@ -261,3 +261,29 @@ def test_seed_kernel_passes_the_shared_checker():
 def test_reference_runs_on_task_folder_path():
     # The definition's reference text is the file's text.
     assert TASK.definition.reference == Path(TASK.folder / "reference.py").read_text()
+
+
+@pytest.mark.parametrize("has_initial_state", [True, False])
+def test_sequences_walked_side_by_side_get_what_each_gets_alone(has_initial_state):
+    """The reference steps all sequences at once (longest first); each sequence's outputs must be bit for bit those
+    of the same sequence run alone, with an empty sequence and uneven lengths among them."""
+    g = torch.Generator().manual_seed(11)
+    lengths, H, K = [5, 0, 17, 1, 9], 2, 128
+    T, N = sum(lengths), len(lengths)
+    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    inputs = {"q": randn(T, H, K).bfloat16(), "k": randn(T, H, K).bfloat16(), "v": randn(T, H, K).bfloat16(),
+              "g_raw": randn(T, H, K).bfloat16(), "beta_logits": randn(T, H).bfloat16(), "A_log": randn(H),
+              "dt_bias": randn(H * K), "initial_state": randn(N, H, K, K), "cu_seqlens": cu, "scale": K ** -0.5,
+              "bounded_gate": False, "lower_bound": -5.0, "has_initial_state": has_initial_state}
+    together = TASK.reference(inputs)
+    for n in range(N):
+        a, b = int(cu[n]), int(cu[n + 1])
+        alone = TASK.reference({**inputs, **{name: inputs[name][a:b] for name in ("q", "k", "v", "g_raw", "beta_logits")},
+                                "initial_state": inputs["initial_state"][n:n + 1],
+                                "cu_seqlens": torch.tensor([0, b - a], dtype=torch.int32)})
+        assert torch.equal(together["o"][a:b], alone["o"]), n
+        assert torch.equal(together["final_state"][n], alone["final_state"][0]), n

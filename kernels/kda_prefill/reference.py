@@ -49,19 +49,34 @@ def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
     beta = torch.sigmoid(beta_logits.to(f32))                 # [T, H]
     vf = v.to(f32)                                            # [T, H, V]
 
+    # The sequences walk side by side, one token of each per step: sorted longest first, the ones still running at
+    # step i are a prefix (a slice, no masking), so every element sees exactly the per-token arithmetic above. On
+    # batched workloads this takes the longest sequence's length in steps instead of the total tokens.
     o = torch.empty(T, H, V, dtype=f32, device=q.device)
     final_state = torch.empty(N, H, K, V, dtype=f32, device=q.device)
     bounds = cu_seqlens.to("cpu", torch.int64).tolist()
-    for n in range(N):
-        if bool(has_initial_state):
-            S = initial_state[n].to(f32).clone()              # [H, K, V]
-        else:
-            S = torch.zeros(H, K, V, dtype=f32, device=q.device)
-        for t in range(bounds[n], bounds[n + 1]):
-            S = S * decay[t, :, :, None]
-            kS = (kn[t, :, :, None] * S).sum(1)               # S^T k: [H, V]
-            u = beta[t, :, None] * (vf[t] - kS)               # [H, V]
-            S = S + kn[t, :, :, None] * u[:, None, :]
-            o[t] = (qn[t, :, :, None] * S).sum(1)             # S^T q: [H, V]
-        final_state[n] = S
+    lengths = [bounds[n + 1] - bounds[n] for n in range(N)]
+    order = sorted(range(N), key=lambda n: -lengths[n])
+    if bool(has_initial_state):
+        S = initial_state[order].to(f32).clone()              # [N, H, K, V], longest sequence first
+    else:
+        S = torch.zeros(N, H, K, V, dtype=f32, device=q.device)
+    steps = lengths[order[0]] if N else 0
+    # token index of each running sequence at each step (-1 past its end; never read: the slices stop before)
+    tokens = torch.full((steps, N), -1, dtype=torch.int64)
+    for j, n in enumerate(order):
+        tokens[:lengths[n], j] = torch.arange(bounds[n], bounds[n + 1])
+    tokens = tokens.to(q.device)
+    running = [sum(1 for n in order if lengths[n] > i) for i in range(steps)]
+    for i in range(steps):
+        c = running[i]
+        t = tokens[i, :c]
+        s = S[:c] * decay[t][:, :, :, None]
+        kt = kn[t][:, :, :, None]
+        kS = (kt * s).sum(2)                                  # S^T k: [c, H, V]
+        u = beta[t][:, :, None] * (vf[t] - kS)                # [c, H, V]
+        s = s + kt * u[:, :, None, :]
+        o[t] = (qn[t][:, :, :, None] * s).sum(2)              # S^T q: [c, H, V]
+        S[:c] = s
+    final_state[order] = S
     return o.to(torch.bfloat16), final_state
