@@ -35,11 +35,14 @@ def chunk_variant(tmp_path, point):
     ("15208288", {"store_early": False}),  # softplus gate, the state pass's operands written after A (v1.4)
     ("5237e6bd", {"BT": 32}),  # chunks of 32 tokens (two 16-row blocks), lengths 96 and 65: a chunk of one token
     ("15208288", {"BT": 32, "FUSE_O": False}),  # softplus gate, 32-token chunks through the output pass
-    ("5237e6bd", {"BT": 32, "BK": 32, "intra_warps": 2, "intra_maxnreg_bounded": None}),  # four key blocks of 32
+    ("5237e6bd", {"BT": 32, "intra_warps": 2, "intra_maxnreg_bounded": None}),  # the champion's point on batches
     # halves of 32 merged into 64-token steps: lengths 96 (a last chunk of one half) and 65 (a half of one token)
-    ("5237e6bd", {"BT": 32, "merge": True}),
-    ("15208288", {"BT": 32, "merge": True}),  # softplus gate
-    ("8cfd1d8d", {"BT": 32, "merge": True, "FUSE_O": False, "BV": 16}),  # 4 sequences, through the output pass
+    ("5237e6bd", {"BT": 32, "merge": "launch"}),
+    ("15208288", {"BT": 32, "merge": "launch"}),  # softplus gate
+    ("8cfd1d8d", {"BT": 32, "merge": "launch", "FUSE_O": False, "BV": 16}),  # 4 sequences, through the output pass
+    # the same merge at the end of an intra program that did both halves
+    ("5237e6bd", {"BT": 32, "merge": "fused"}),
+    ("8cfd1d8d", {"BT": 32, "merge": "fused", "FUSE_O": False}),
 ])
 def test_chunk_passes_the_checker(tmp_path, uuid, point):
     fam, module = chunk_variant(tmp_path, point)

@@ -41,8 +41,9 @@ otherwise. Under the Triton interpreter (CPU) every operand is upcast to fp32 (i
 returns garbage) after rounding to bf16 where the GPU would, and bf16 stores round to nearest
 even through the bits (its fp32 -> bf16 cast truncates).
 
-With BT 32 and `merge`, a launch between the two (_merge_halves) combines the two 32-token halves of each 64-token
-chunk in place, so that the state pass walks 64-token steps (exact; see _merge_halves and DESIGN.md 6.5).
+With BT 32 and `merge`, the two 32-token halves of each 64-token chunk are combined in place, by a launch between
+the two (_merge_halves) or at the end of an intra program that did both halves, so that the state pass walks
+64-token steps (exact; see _merge_pair and DESIGN.md 6.5).
 
 Entry point, destination-passing style: run(q, k, v, g_raw, beta_logits, A_log, dt_bias,
 initial_state, cu_seqlens, scale, bounded_gate, lower_bound, has_initial_state, o, final_state).
@@ -76,14 +77,16 @@ from triton.language.extra import libdevice
 #                 the state pass then walks twice the steps, on mma.sync instead of wgmma). On the H200 (2026-12-02):
 #                 the intra pass 1.6-2x faster on 2 warps, the state pass 1.6x slower on one sequence; the
 #                 champion (champion_h200.json) chooses per shape
-#   merge         with BT 32: a third launch (_merge_halves) combines each two chunks of 32 into one of 64 for the
-#                 state pass, which then walks 64-token steps (the BT 32 intra pass is 1.6-2x faster than BT 64's on
-#                 2 warps, the BT 32 state pass 1.6x slower on one sequence: H200, 2026-12-02, DESIGN.md 6.5)
+#   merge         with BT 32, each two chunks of 32 combined into one of 64 for the state pass, which then walks
+#                 64-token steps (the BT 32 intra pass is 1.6-2x faster than BT 64's on 2 warps, the BT 32 state pass
+#                 1.6x slower on one sequence: H200, 2026-12-02, DESIGN.md 6.5): "off"; "launch", by a launch of its
+#                 own (_merge_halves; measured); "fused", by the intra pass, one program per 64 tokens doing both
+#                 halves and then the combination from L2 (built, not yet timed)
 #   store_early   the intra pass writes qg, kd and b k exp(G) of a key block before its A products (True)
 #                 or after them (False, measured as v1.4): only the compiler's register allocation
 #                 differs (offline, Triton 3.6, sm_90: stack 744 -> 592 B at the bounded cap of 128,
 #                 120 -> 0 B uncapped)
-PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True, "BT": 64, "merge": False}
+PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True, "BT": 64, "merge": "off"}
 # Per-shape points ([[axes, params], ...], nearest shape wins; empty: PARAMS everywhere), written by
 # python -m evoteam.sweep --emit-champion, built by --build into a copy of this file.
 DISPATCH = []
@@ -278,7 +281,7 @@ def _intra_exact(q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound
     return a00q, a00k, a10q, a10k, a11q, a11k
 
 
-@triton.jit(do_not_specialize=["T", "N", "NCMAX", "H"])
+@triton.jit(do_not_specialize=["T", "N", "NCMAX", "H", "NC_FULL"])
 def _intra_chunk(
     q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens,
     w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws,
@@ -286,17 +289,61 @@ def _intra_chunk(
     H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
     BK: tl.constexpr, BVU: tl.constexpr, NP: tl.constexpr,
     BOUNDED: tl.constexpr, STORE_EARLY: tl.constexpr, A_LOWP: tl.constexpr, INV_LOWP: tl.constexpr, WU_LOWP: tl.constexpr,
-    INTERP: tl.constexpr, ABLATE: tl.constexpr = 0, AQK_W: tl.constexpr = 0,
+    INTERP: tl.constexpr, ABLATE: tl.constexpr, AQK_W: tl.constexpr, FUSED: tl.constexpr, el_full, NC_FULL,
 ):
-    """One chunk of one head. The chunk's rows are handled as two blocks of BC = BT / 2 rows
-    (block 0: rows 0..BC-1, block 1: rows BC..BT-1), each a tensor of its own."""
-    BC: tl.constexpr = BT // 2
-    LOG2_BC: tl.constexpr = 5 if BC == 32 else (4 if BC == 16 else 6)
+    """One chunk of one head (grid: chunks of BT x heads); FUSED: one chunk of 2 BT tokens, its two halves one after
+    the other, then combined as _merge_halves does (grid: chunks of 2 BT x heads; the halves' rows that the combination
+    reads back were written by this program, so they come from L2 instead of a third launch's DRAM round trip)."""
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
-    i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, BT)
-    if i_n >= N:
-        return
+    if FUSED:
+        i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, 2 * BT)
+        if i_n >= N:
+            return
+        i_a = _first_half(cu_seqlens, i_n, t0, bos, N, NP, BT)
+        _intra_rows(q, k, v, g_raw, beta_logits, A_log, dt_bias, w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws,
+                    scale, lower_bound, T, NCMAX, i_a, i_h, t0, eos, bos, H, K, V, BT, BK, BVU, BOUNDED, STORE_EARLY,
+                    A_LOWP, INV_LOWP, WU_LOWP, INTERP, ABLATE, AQK_W)
+        if eos - t0 > BT:
+            _intra_rows(q, k, v, g_raw, beta_logits, A_log, dt_bias, w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws,
+                        scale, lower_bound, T, NCMAX, i_a + 1, i_h, t0 + BT, eos, bos, H, K, V, BT, BK, BVU, BOUNDED,
+                        STORE_EARLY, A_LOWP, INV_LOWP, WU_LOWP, INTERP, ABLATE, AQK_W)
+        tl.debug_barrier()  # the halves' stores (other threads of this program) before the combination's loads
+        _merge_pair(w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws, el_full, i_a, i_c, i_h, t0, eos, T, NCMAX, NC_FULL,
+                    K, V, BT, INTERP)
+    else:
+        i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, BT)
+        if i_n >= N:
+            return
+        _intra_rows(q, k, v, g_raw, beta_logits, A_log, dt_bias, w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws,
+                    scale, lower_bound, T, NCMAX, i_c, i_h, t0, eos, bos, H, K, V, BT, BK, BVU, BOUNDED, STORE_EARLY,
+                    A_LOWP, INV_LOWP, WU_LOWP, INTERP, ABLATE, AQK_W)
+
+
+@triton.jit
+def _first_half(cu_seqlens, i_n, t0, bos, N, NP: tl.constexpr, BH: tl.constexpr):
+    """The global index of the first chunk of BH tokens inside the chunk of 2 BH starting at t0 of sequence i_n:
+    the half-chunk counts of the earlier sequences (a prefix sum over cu_seqlens) plus its place in its sequence."""
+    o_np = tl.arange(0, NP)
+    m_np = o_np < N
+    cu0 = tl.load(cu_seqlens + o_np, mask=m_np, other=0)
+    cu1 = tl.load(cu_seqlens + o_np + 1, mask=m_np, other=0)
+    first = tl.sum(tl.where(o_np < i_n, (cu1 - cu0 + BH - 1) // BH, 0), 0)
+    return first + ((t0 - bos) // BH).to(tl.int32)
+
+
+@triton.jit
+def _intra_rows(
+    q, k, v, g_raw, beta_logits, A_log, dt_bias, w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws,
+    scale, lower_bound, T, NCMAX, i_c, i_h, t0, eos, bos,
+    H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BVU: tl.constexpr,
+    BOUNDED: tl.constexpr, STORE_EARLY: tl.constexpr, A_LOWP: tl.constexpr, INV_LOWP: tl.constexpr, WU_LOWP: tl.constexpr,
+    INTERP: tl.constexpr, ABLATE: tl.constexpr, AQK_W: tl.constexpr,
+):
+    """The chunk of BT tokens starting at t0 (global chunk i_c), head i_h. Its rows are handled as two blocks of
+    BC = BT / 2 rows (block 0: rows 0..BC-1, block 1: rows BC..BT-1), each a tensor of its own."""
+    BC: tl.constexpr = BT // 2
+    LOG2_BC: tl.constexpr = 5 if BC == 32 else (4 if BC == 16 else 6)
     L = tl.minimum(eos - t0, BT)
     o_i = tl.arange(0, BC)
     m0 = o_i < L
@@ -446,55 +493,59 @@ def _merge_halves(
     T, N, NC_HALF, NC_FULL,
     H, K: tl.constexpr, V: tl.constexpr, BH: tl.constexpr, NP: tl.constexpr, INTERP: tl.constexpr,
 ):
-    """The state pass's operands of a chunk of 2 BH tokens from those of its two halves a, b (chunks of BH, written
-    by the intra pass), in place. With M = w_b kd_a^T = Tinv_b A_ba (Tinv's 10 block is -M Tinv_a):
-    w_b <- w_b e^(s_a) - M w_a, u_b <- u_b - M u_a, qg_b <- qg_b e^(s_a), kd_a <- kd_a e^(s_b), Aqk_ba = qg_b kd_a^T,
-    exp(G_last) = e^(s_a) e^(s_b), where e^(s_a), e^(s_b) are the halves' exp(G_last) (per key column). Exact: the
-    cross block of A is (b k_b e^(G_b)) (k_a e^(G_last,a - G_a))^T, and Tinv_b (b k_b e^(G_b)) is the half's w_b."""
+    """The state pass's operands of each chunk of 2 BH tokens from those of its two halves (chunks of BH written by
+    the intra pass), in place (_merge_pair). Grid: chunks of 2 BH x heads."""
     i_c = tl.program_id(0)
     i_h = tl.program_id(1)
     i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, 2 * BH)
     if i_n >= N:
         return
-    # the sequence's first chunk of BH tokens: a prefix sum of the half-chunk counts of earlier sequences
-    o_np = tl.arange(0, NP)
-    m_np = o_np < N
-    cu0 = tl.load(cu_seqlens + o_np, mask=m_np, other=0)
-    cu1 = tl.load(cu_seqlens + o_np + 1, mask=m_np, other=0)
-    first_half = tl.sum(tl.where(o_np < i_n, (cu1 - cu0 + BH - 1) // BH, 0), 0)
-    i_a = first_half + ((t0 - bos) // BH).to(tl.int32)
+    i_a = _first_half(cu_seqlens, i_n, t0, bos, N, NP, BH)
+    _merge_pair(w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_half, el_full, i_a, i_c, i_h, t0, eos, T, NC_HALF, NC_FULL,
+                K, V, BH, INTERP)
+
+
+@triton.jit
+def _merge_pair(w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_half, el_full, i_a, i_c, i_h, t0, eos, T, NC_HALF, NC_FULL,
+                K: tl.constexpr, V: tl.constexpr, BH: tl.constexpr, INTERP: tl.constexpr):
+    """The chunk of 2 BH tokens at t0 (chunk i_c; its halves a, b are the chunks i_a, i_a + 1 of BH), head i_h, in
+    place. With M = w_b kd_a^T = Tinv_b A_ba (Tinv's 10 block is -M Tinv_a):
+    w_b <- w_b e^(s_a) - M w_a, u_b <- u_b - M u_a, qg_b <- qg_b e^(s_a), kd_a <- kd_a e^(s_b), Aqk_ba = qg_b kd_a^T,
+    exp(G_last) = e^(s_a) e^(s_b), where e^(s_a), e^(s_b) are the halves' exp(G_last) (per key column). Exact: the
+    cross block of A is (b k_b e^(G_b)) (k_a e^(G_last,a - G_a))^T, and Tinv_b (b k_b e^(G_b)) is the half's w_b.
+    A chunk without a second half is its first half."""
     o_k = tl.arange(0, K)
     el_a = tl.load(el_half + (i_h.to(tl.int64) * NC_HALF + i_a) * K + o_k)
     p_full = el_full + (i_h.to(tl.int64) * NC_FULL + i_c) * K + o_k
-    if eos - t0 <= BH:  # no second half: the chunk is its first half
+    if eos - t0 <= BH:
         tl.store(p_full, el_a)
-        return
-    el_b = tl.load(el_half + (i_h.to(tl.int64) * NC_HALF + i_a + 1) * K + o_k)
-    o_r = tl.arange(0, BH)
-    row_a = i_h.to(tl.int64) * T + t0 + o_r
-    row_b = row_a + BH
-    m_b = (t0 + BH + o_r) < eos
-    p_ka = row_a[:, None] * K + o_k[None, :]
-    p_kb = row_b[:, None] * K + o_k[None, :]
-    w_a = _operand(tl.load(w_ws + p_ka), True, INTERP)
-    kd_a = tl.load(kd_ws + p_ka).to(tl.float32)
-    w_b = tl.load(w_ws + p_kb, mask=m_b[:, None], other=0.0).to(tl.float32)
-    qg_b = tl.load(qg_ws + p_kb, mask=m_b[:, None], other=0.0).to(tl.float32)
-    kd_at = tl.trans(_operand(kd_a, True, INTERP))
-    m = tl.dot(_operand(w_b, True, INTERP), kd_at)  # [BH, BH]
-    aqk_ba = tl.dot(_operand(qg_b, True, INTERP), kd_at)
-    m_op = _operand(m, True, INTERP)
-    w_b = w_b * el_a[None, :] - tl.dot(m_op, w_a)
-    tl.store(w_ws + p_kb, _to_bf16(w_b, INTERP), mask=m_b[:, None])
-    tl.store(qg_ws + p_kb, _to_bf16(qg_b * el_a[None, :], INTERP), mask=m_b[:, None])
-    tl.store(kd_ws + p_ka, _to_bf16(kd_a * el_b[None, :], INTERP))
-    tl.store(aqk_ws + row_b[:, None] * (2 * BH) + o_r[None, :], _to_bf16(aqk_ba, INTERP), mask=m_b[:, None])
-    tl.store(p_full, el_a * el_b)
-    o_v = tl.arange(0, V)
-    u_a = _operand(tl.load(u_ws + row_a[:, None] * V + o_v[None, :]), True, INTERP)
-    p_ub = u_ws + row_b[:, None] * V + o_v[None, :]
-    u_b = tl.load(p_ub, mask=m_b[:, None], other=0.0).to(tl.float32)
-    tl.store(p_ub, _to_bf16(u_b - tl.dot(m_op, u_a), INTERP), mask=m_b[:, None])
+    else:
+        el_b = tl.load(el_half + (i_h.to(tl.int64) * NC_HALF + i_a + 1) * K + o_k)
+        o_r = tl.arange(0, BH)
+        row_a = i_h.to(tl.int64) * T + t0 + o_r
+        row_b = row_a + BH
+        m_b = (t0 + BH + o_r) < eos
+        p_ka = row_a[:, None] * K + o_k[None, :]
+        p_kb = row_b[:, None] * K + o_k[None, :]
+        w_a = _operand(tl.load(w_ws + p_ka), True, INTERP)
+        kd_a = tl.load(kd_ws + p_ka).to(tl.float32)
+        w_b = tl.load(w_ws + p_kb, mask=m_b[:, None], other=0.0).to(tl.float32)
+        qg_b = tl.load(qg_ws + p_kb, mask=m_b[:, None], other=0.0).to(tl.float32)
+        kd_at = tl.trans(_operand(kd_a, True, INTERP))
+        m = tl.dot(_operand(w_b, True, INTERP), kd_at)  # [BH, BH]
+        aqk_ba = tl.dot(_operand(qg_b, True, INTERP), kd_at)
+        m_op = _operand(m, True, INTERP)
+        w_b = w_b * el_a[None, :] - tl.dot(m_op, w_a)
+        tl.store(w_ws + p_kb, _to_bf16(w_b, INTERP), mask=m_b[:, None])
+        tl.store(qg_ws + p_kb, _to_bf16(qg_b * el_a[None, :], INTERP), mask=m_b[:, None])
+        tl.store(kd_ws + p_ka, _to_bf16(kd_a * el_b[None, :], INTERP))
+        tl.store(aqk_ws + row_b[:, None] * (2 * BH) + o_r[None, :], _to_bf16(aqk_ba, INTERP), mask=m_b[:, None])
+        tl.store(p_full, el_a * el_b)
+        o_v = tl.arange(0, V)
+        u_a = _operand(tl.load(u_ws + row_a[:, None] * V + o_v[None, :]), True, INTERP)
+        p_ub = u_ws + row_b[:, None] * V + o_v[None, :]
+        u_b = tl.load(p_ub, mask=m_b[:, None], other=0.0).to(tl.float32)
+        tl.store(p_ub, _to_bf16(u_b - tl.dot(m_op, u_a), INTERP), mask=m_b[:, None])
 
 
 @triton.jit(do_not_specialize=["T", "N", "NCMAX", "H"])
@@ -674,7 +725,9 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
     pl = _Plan()
     pl.p = p
     BT = p["BT"]
-    state_bt = 2 * BT if p["merge"] and BT == 32 else BT  # the state pass's chunk (merge: halves of BT combined)
+    # the state pass's chunk: with a merge (BT 32 only), each two chunks of the intra pass combined into one
+    state_bt = 2 * BT if p["merge"] != "off" and BT == 32 else BT
+    fused = state_bt != BT and p["merge"] == "fused"
     pl.ncmax = T // BT + N  # >= sum over sequences of cdiv(length, BT)
     pl.state_ncmax = T // state_bt + N
     pl.ws = _workspace(device, T, H, K, V, BT, pl.ncmax, p["FUSE_O"], state_bt, pl.state_ncmax)
@@ -683,7 +736,7 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
     bv = p["BV"] or (16 if N * H < 16 else 32 if N * H < 64 else 64)
     pl.consts = {
         "intra": (H, K, V, BT, p["BK"], p["BK"], np_, bool(bounded), bool(p["store_early"]), A_LOWP, INV_LOWP,
-                  WU_LOWP, interpreted, ABLATE, state_bt if state_bt != BT else 0),
+                  WU_LOWP, interpreted, ABLATE, state_bt if state_bt != BT else 0, fused),
         "merge": (H, K, V, BT, np_, interpreted),
         "state": (H, K, V, state_bt, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted),
         "out": (H, K, V, state_bt, bv, np_, interpreted),
@@ -692,8 +745,9 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
     maxnreg = p["intra_maxnreg_bounded"] if bounded else p["intra_maxnreg_softplus"]
     if maxnreg and not interpreted:
         intra_options["maxnreg"] = maxnreg
-    pl.intra = _Launch(_intra_chunk, (pl.ncmax, H, 1), intra_options, fast)
-    pl.merge = None if state_bt == BT else _Launch(_merge_halves, (pl.state_ncmax, H, 1), {"num_warps": 4}, fast)
+    pl.intra = _Launch(_intra_chunk, (pl.state_ncmax if fused else pl.ncmax, H, 1), intra_options, fast)
+    pl.merge = None if state_bt == BT or fused else _Launch(_merge_halves, (pl.state_ncmax, H, 1), {"num_warps": 4},
+                                                             fast)
     pl.state = _Launch(_state_pass, (N * H * (V // bv), 1, 1), {"num_warps": p["num_warps"]}, fast)
     pl.out = None if p["FUSE_O"] else _Launch(_output_pass, (pl.state_ncmax, H, V // bv),
                                               {"num_warps": p["num_warps"]}, fast)
@@ -729,7 +783,7 @@ def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
     h0 = initial_state if has_initial_state else final_state  # not read without an initial state
     pl.intra((q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens,
               ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"],
-              float(scale), float(lower_bound), T, N, ncmax, *pl.consts["intra"]), aligned)
+              float(scale), float(lower_bound), T, N, ncmax, *pl.consts["intra"], ws["el_state"], state_ncmax), aligned)
     if pl.merge is not None:
         pl.merge((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"], ws["el_state"], cu_seqlens,
                   T, N, ncmax, state_ncmax, *pl.consts["merge"]), aligned)
