@@ -193,12 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"hardware": hw.name, "rows": rows, "resources": resources}, indent=1))
     if args.emit_champion:
-        champion = fastest_point_champion(Path(args.kernel), task, hw.name, rows, unablated)
-        from evoteam.sweep import champion_text
-
-        args.emit_champion.write_text(champion_text(champion))
-        print(f"champion ({len(champion.dispatch)} shapes) written to {args.emit_champion}")
+        write_champion(fastest_point_champion(Path(args.kernel), task, hw.name, rows, unablated), args.emit_champion)
     return 0
+
+
+def write_champion(champion, path: Path) -> None:
+    from evoteam.sweep import champion_text
+
+    path.write_text(champion_text(champion))
+    print(f"champion ({len(champion.dispatch)} shapes) written to {path}: {champion.made_by}")
 
 
 def emit_from_rows(args) -> int:
@@ -206,15 +209,18 @@ def emit_from_rows(args) -> int:
     from evoteam.task import load_task
 
     if not args.emit_champion:
-        raise SystemExit("--rows-from needs --emit-champion")
-    data = json.loads(args.rows_from.read_text())
-    names = dict.fromkeys(r["kernel"] for r in data["rows"] if " ablate=" not in r["kernel"])
-    champion = fastest_point_champion(Path(args.kernel), load_task("kda_prefill"), data.get("hardware", "h200"),
-                                      data["rows"], {name: json.loads(name) for name in names})
-    from evoteam.sweep import champion_text
-
-    args.emit_champion.write_text(champion_text(champion))
-    print(f"champion ({len(champion.dispatch)} shapes) written to {args.emit_champion}: {champion.made_by}")
+        raise SystemExit("--rows-from needs --emit-champion FILE (where to write the champion)")
+    try:
+        data = json.loads(args.rows_from.read_text())
+        rows = data["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--rows-from {args.rows_from}: not a probe's --json output ({type(exc).__name__}: {exc})") from None
+    if any("axes" not in r for r in rows):
+        raise SystemExit(f"--rows-from {args.rows_from}: its rows have no workload axes (a probe from before "
+                         f"--emit-champion); probe again")
+    names = dict.fromkeys(r["kernel"] for r in rows if " ablate=" not in r["kernel"])
+    write_champion(fastest_point_champion(Path(args.kernel), load_task("kda_prefill"), data.get("hardware", "h200"),
+                                          rows, {name: json.loads(name) for name in names}), args.emit_champion)
     return 0
 
 
