@@ -99,8 +99,7 @@ for part in $parts; do
       else
         base=fla; wl=${CHAMP_FLA_WORKLOADS:-$long}
       fi
-      KERNEL_SAVED=$kernel; kernel=/tmp/kda-champion.py
-      bench "$part" "$base" graph --workloads $wl; kernel=$KERNEL_SAVED ;;
+      kernel=/tmp/kda-champion.py bench "$part" "$base" graph --workloads $wl ;;  # $kernel set for this call only
     flabig[1-9]) bench "$part" fla graph --workloads $long ;;
     sweep[1-9])
       k=${part#sweep}

@@ -321,15 +321,19 @@ def _intra_chunk(
 
 
 @triton.jit
-def _first_half(cu_seqlens, i_n, t0, bos, N, NP: tl.constexpr, BH: tl.constexpr):
-    """The global index of the first chunk of BH tokens inside the chunk of 2 BH starting at t0 of sequence i_n:
-    the half-chunk counts of the earlier sequences (a prefix sum over cu_seqlens) plus its place in its sequence."""
+def _chunks_before(cu_seqlens, i_n, N, NP: tl.constexpr, BT: tl.constexpr):
+    """The number of chunks of BT tokens in the sequences before sequence i_n (a prefix sum over cu_seqlens)."""
     o_np = tl.arange(0, NP)
     m_np = o_np < N
     cu0 = tl.load(cu_seqlens + o_np, mask=m_np, other=0)
     cu1 = tl.load(cu_seqlens + o_np + 1, mask=m_np, other=0)
-    first = tl.sum(tl.where(o_np < i_n, (cu1 - cu0 + BH - 1) // BH, 0), 0)
-    return first + ((t0 - bos) // BH).to(tl.int32)
+    return tl.sum(tl.where(o_np < i_n, (cu1 - cu0 + BT - 1) // BT, 0), 0)
+
+
+@triton.jit
+def _first_half(cu_seqlens, i_n, t0, bos, N, NP: tl.constexpr, BH: tl.constexpr):
+    """The global index of the first chunk of BH tokens inside the chunk of 2 BH starting at t0 of sequence i_n."""
+    return _chunks_before(cu_seqlens, i_n, N, NP, BH) + ((t0 - bos) // BH).to(tl.int32)
 
 
 @triton.jit
@@ -434,16 +438,16 @@ def _intra_rows(
     if AQK_W == 0:  # Aqk rows of this chunk's width
         p_a0 = aqk_ws + row0[:, None] * BT + o_i[None, :]
         p_a1 = aqk_ws + row1[:, None] * BT + o_i[None, :]
-    else:  # rows of a chunk twice as long (merged by _merge_halves): this chunk's columns, zeros in the others
+    else:  # rows of a chunk twice as long (combined by _merge_pair): this chunk's columns
         col = (((t0 - bos) // BT) % 2) * BT  # 0 for the first half of its 2 BT chunk, BT for the second
         p_a0 = aqk_ws + row0[:, None] * AQK_W + col + o_i[None, :]
         p_a1 = aqk_ws + row1[:, None] * AQK_W + col + o_i[None, :]
-        zeros = tl.zeros([BC, BC], dtype=tl.bfloat16)
-        other = BT - 2 * col  # BT from the first half's columns, -BT from the second's
-        tl.store(p_a0 + other, zeros, mask=m0[:, None])
-        tl.store(p_a0 + other + BC, zeros, mask=m0[:, None])
-        tl.store(p_a1 + other, zeros, mask=m1[:, None])
-        tl.store(p_a1 + other + BC, zeros, mask=m1[:, None])
+        if col == 0:  # the first half's rows end in zeros; the second half's begin with Aqk_ba, which _merge_pair writes
+            zeros = tl.zeros([BC, BC], dtype=tl.bfloat16)
+            tl.store(p_a0 + BT, zeros, mask=m0[:, None])
+            tl.store(p_a0 + BT + BC, zeros, mask=m0[:, None])
+            tl.store(p_a1 + BT, zeros, mask=m1[:, None])
+            tl.store(p_a1 + BT + BC, zeros, mask=m1[:, None])
     tl.store(p_a0, _to_bf16(a00q, INTERP), mask=m0[:, None])
     tl.store(p_a0 + BC, tl.zeros([BC, BC], dtype=tl.bfloat16), mask=m0[:, None])
     tl.store(p_a1, _to_bf16(a10q, INTERP), mask=m1[:, None])
@@ -562,11 +566,7 @@ def _state_pass(
     i_nh = pid // NV
     i_n = i_nh // H
     i_h = i_nh % H
-    o_np = tl.arange(0, NP)
-    m_np = o_np < N
-    cu0 = tl.load(cu_seqlens + o_np, mask=m_np, other=0)
-    cu1 = tl.load(cu_seqlens + o_np + 1, mask=m_np, other=0)
-    coff = tl.sum(tl.where(o_np < i_n, (cu1 - cu0 + BT - 1) // BT, 0), 0)  # chunks of earlier sequences
+    coff = _chunks_before(cu_seqlens, i_n, N, NP, BT)
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
     nt = ((eos - bos + BT - 1) // BT).to(tl.int32)
