@@ -18,7 +18,9 @@
 #            captures (else events, as the verdict records), events as the second figure
 #   select   the kernel alone (no baseline, no check) at SELECT_POINTS on all 24 workloads, graph replay; writes
 #            OUT/champion.json, whose dispatch runs each shape's fastest point (kda_probe.py --emit-champion;
-#            SELECT_STOP seconds, default 330, then the workloads left are not probed); verify it with champ_fk
+#            SELECT_STOP seconds, default 330, then the workloads left are not probed); verify it with champ_fk.
+#            SELECT_WORKLOADS replaces the 24 (uuid prefixes, or "single": the 12 single sequences, where `segments` acts);
+#            SELECT_KEEP_FROM=CHAMPION keeps that champion's entries for the shapes not probed
 #   ablate   where the intra pass's time goes: ABLATE_POINTS with stages left out (kda_probe.py --ablate) on two
 #            16k x 32 workloads (bounded and softplus gate)
 #   champ_fk, champ_fla   OUT/champion.json's kernel (from select, or CHAMPION=FILE, else the committed champion) vs FlashKDA on the 11
@@ -58,6 +60,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 echo "kernel: $kernel"
 first12="15208288 663e61c0 502a9ea8 76e6b061 e018eb06 81ef577b 1bf9de19 efbdc890 25d16f3d df87a189 1476db7b b9321a1b"
 last12="d8c3b3c2 352f53c5 daa0a7a7 5237e6bd 2198036f 0663b73b 92e4a537 8cfd1d8d 735d7f72 6c261a07 17ae6ae2 c6398207"
+single="15208288 663e61c0 502a9ea8 76e6b061 e018eb06 81ef577b 1bf9de19 efbdc890 25d16f3d df87a189 1476db7b b9321a1b"
 bounded="663e61c0 e018eb06 efbdc890 25d16f3d 1476db7b 352f53c5 5237e6bd 0663b73b 8cfd1d8d 6c261a07 c6398207"
 long="1bf9de19 efbdc890 25d16f3d df87a189 1476db7b b9321a1b 352f53c5 daa0a7a7 5237e6bd 2198036f 0663b73b 92e4a537
 8cfd1d8d 735d7f72 6c261a07 17ae6ae2 c6398207"
@@ -82,9 +85,11 @@ for part in $parts; do
       grep -q "_flash_kda_fwd" "$out/flashkda-probe.log" || { echo "FlashKDA's kernels were not seen" >&2; exit 1; } ;;
     fkbench[1-9]) use_flashkda || exit 1; bench "$part" flashkda graph --workloads $bounded ;;
     select)
+      selected=${SELECT_WORKLOADS:-$first12 $last12}; [ "$selected" = single ] && selected=$single
       python3 scripts/kda_probe.py "$kernel" --deadline 580 --stop-after "${SELECT_STOP:-330}" --reps 10 \
         --points "${SELECT_POINTS:-$select_points}" \
-        --workloads $first12 $last12 --json "$out/select.json" --emit-champion "$out/champion.json" 2>&1 \
+        --workloads $selected ${SELECT_KEEP_FROM:+--keep-from "$SELECT_KEEP_FROM"} \
+        --json "$out/select.json" --emit-champion "$out/champion.json" 2>&1 \
         | grep -v Warning | tee "$out/select.log" ;;
     ablate)
       python3 scripts/kda_probe.py "$kernel" --deadline 300 --reps 10 --points "${ABLATE_POINTS:-$ablate_points}" \

@@ -18,7 +18,6 @@ fresh random inputs (the task's make_inputs):
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -34,7 +33,9 @@ DEFAULT_WORKLOADS = ["15208288", "b9321a1b", "df87a189", "1476db7b", "0663b73b",
 
 
 def kernel_times(fn, device, calls: int = 5) -> dict[str, float]:
-    """Median device time (us) per kernel name over `calls` calls (profiler)."""
+    """Device time (us) per call of each kernel name: the sum over `calls` calls, divided by `calls` (profiler). A
+    kernel launched several times a call (the runs of `segments`) counts all its launches; overlapping launches on
+    two streams each count in full, so the sum may exceed the call's time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -48,7 +49,7 @@ def kernel_times(fn, device, calls: int = 5) -> dict[str, float]:
         if str(ev.device_type).endswith("CUDA"):
             t = ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
             per.setdefault(ev.name, []).append(t)
-    return {name: statistics.median(v) for name, v in per.items()}
+    return {name: sum(v) / calls for name, v in per.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="write a champion file (kernels/kda_prefill/champion_<hw>.json form) whose dispatch runs, on each "
                         "probed workload's shape, the point with the least graph-replay device time (ablated variants "
                         "never count); the probe checks nothing: verify it with evoteam.bench before committing it")
+    p.add_argument("--keep-from", type=Path,
+                   help="with --emit-champion: the shapes this probe gives no entry keep theirs from this champion file "
+                        "(e.g. probe new points on the single sequences only, keep the committed batches' choices)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     probes.arm_deadline(args.deadline)
 
@@ -176,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"floor {floor_us:5.1f}  [{launches}]{errs}", flush=True)
         for name, mod in modules.items():  # the compiled kernels of this shape's plan
             for pl in getattr(mod, "_PLANS", {}).values():
-                for part in ("intra", "state", "out"):
-                    launch = getattr(pl, part, None)
+                step = pl.steps[0] if getattr(pl, "steps", None) else pl  # the first run's launches (`segments`)
+                for part in ("intra", "merge", "state", "out"):
+                    launch = getattr(pl if part == "out" else step, part, None)
                     if launch is None or launch.compiled is None:
                         continue
                     c = launch.compiled
@@ -193,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"hardware": hw.name, "rows": rows, "resources": resources}, indent=1))
     if args.emit_champion:
-        write_champion(fastest_point_champion(Path(args.kernel), task, hw.name, rows, unablated), args.emit_champion)
+        write_champion(fastest_point_champion(Path(args.kernel), task, hw.name, rows, unablated, args.keep_from),
+                       args.emit_champion)
     return 0
 
 
@@ -220,18 +226,21 @@ def emit_from_rows(args) -> int:
                          f"--emit-champion); probe again")
     names = dict.fromkeys(r["kernel"] for r in rows if " ablate=" not in r["kernel"])
     write_champion(fastest_point_champion(Path(args.kernel), load_task("kda_prefill"), data.get("hardware", "h200"),
-                                          rows, {name: json.loads(name) for name in names}), args.emit_champion)
+                                          rows, {name: json.loads(name) for name in names}, args.keep_from),
+                   args.emit_champion)
     return 0
 
 
 SHAPE_AXES = ("num_heads", "num_seqs", "total_seq_len")  # the chunk family's params_for axes
 
 
-def fastest_point_champion(kernel: Path, task, hardware: str, rows: list[dict], points: dict[str, dict]):
+def fastest_point_champion(kernel: Path, task, hardware: str, rows: list[dict], points: dict[str, dict],
+                           keep_from: Path | None = None):
     """A Champion of the kernel's family: for each probed shape (SHAPE_AXES; workloads of one shape, e.g. the two
     gate forms, share an entry) the point (PARAMS overrides) of least graph-replay time, in geomean over that shape's
-    workloads where every point was timed on all of them. Names with an ablation are not points and never count."""
-    from evoteam.families import Champion, load_families
+    workloads where every point was timed on all of them. Names with an ablation are not points and never count.
+    keep_from: a champion file of the same family whose entries stand for the shapes given none here."""
+    from evoteam.families import Champion, load_champion, load_families
     from evoteam.harness.model import geomean
 
     family = next((f for f in load_families(task) if f.path.resolve() == kernel.resolve()), None)
@@ -257,6 +266,17 @@ def fastest_point_champion(kernel: Path, task, hardware: str, rows: list[dict], 
     made_by = (f"scripts/kda_probe.py --emit-champion: per shape the point of least graph-replay device time among "
                f"{len(points)} ({', '.join(points)}) on {len(gains)} workloads; {geomean(gains) or 0:.3f}x the first "
                f"point's time in geomean (unchecked by the probe)")
+    if keep_from is not None:
+        try:
+            base = load_champion(keep_from)
+        except ValueError as exc:
+            raise SystemExit(f"--keep-from: {exc}") from None
+        if base.family.path.resolve() != family.path.resolve():
+            raise SystemExit(f"--keep-from {keep_from}: a champion of family {base.family.name}, not {family.name}")
+        chosen = {tuple(axes[a] for a in SHAPE_AXES) for axes, _ in dispatch}
+        kept = [[axes, point] for axes, point in base.dispatch if tuple(axes.get(a) for a in SHAPE_AXES) not in chosen]
+        dispatch = sorted(dispatch + kept, key=lambda e: tuple(e[0].get(a) for a in SHAPE_AXES))
+        made_by += f"; {len(kept)} other shapes' entries kept from {keep_from.name}"
     return Champion(task=task.name, family=family, hardware=hardware, params={}, dispatch=dispatch, made_by=made_by)
 
 

@@ -43,6 +43,10 @@ def chunk_variant(tmp_path, point):
     # the same merge at the end of an intra program that did both halves
     ("5237e6bd", {"BT": 32, "merge": "fused"}),
     ("8cfd1d8d", {"BT": 32, "merge": "fused", "FUSE_O": False}),
+    # one sequence cut into runs of chunks (160 tokens: runs of 2 + 1 chunks of 64, or 1 + 1 + 1 after the merge)
+    ("15208288", {"segments": 2}),
+    ("15208288", {"BT": 32, "merge": "launch", "segments": 4}),
+    ("15208288", {"BT": 32, "merge": "fused", "segments": 2, "FUSE_O": False}),
 ])
 def test_chunk_passes_the_checker(tmp_path, uuid, point):
     fam, module = chunk_variant(tmp_path, point)
@@ -128,6 +132,35 @@ def test_chunk_empty_sequences_and_chunk_edges(tmp_path):
     assert err_o < 7e-3 and err_s < 7e-3, (err_o, err_s)
 
 
+@pytest.mark.parametrize("point", [{}, {"BT": 32, "merge": "launch"}, {"BT": 32, "merge": "fused"}, {"BT": 32}])
+@pytest.mark.parametrize("has_h0", [False, True])
+def test_runs_of_chunks_are_bit_identical_to_one_pass(tmp_path, point, has_h0):
+    """`segments` cuts one sequence's chunks into runs, each state pass starting from the previous run's final
+    state: the same arithmetic in the same order, so the outputs equal one pass's bit for bit (uneven runs: 5
+    steps of 64 tokens in runs of 2, 2, 1; 10 of 32 in 4, 4, 2)."""
+    _, whole = chunk_variant(tmp_path, {"BK": 128, **point})
+    _, cut = chunk_variant(tmp_path, {"BK": 128, **point, "segments": 3})
+    inp = inputs([300], 2, True, has_h0, 7)
+    outs = []
+    for module in (whole, cut):
+        o = torch.full((300, 2, 128), float("nan"), dtype=torch.bfloat16)
+        final_state = torch.full((1, 2, 128, 128), float("nan"))
+        module.run(**inp, o=o, final_state=final_state)
+        outs.append((o, final_state))
+    (plan,) = cut._PLANS.values()
+    chunks = 5 if point.get("merge", "off") != "off" or "BT" not in point else 10  # 64-token steps, or 32
+    assert [(s.i0, s.i1) for s in plan.steps] == {5: [(0, 2), (2, 4), (4, 5)], 10: [(0, 4), (4, 8), (8, 10)]}[chunks]
+    assert not torch.isnan(outs[1][0]).any() and not torch.isnan(outs[1][1]).any()
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+def test_runs_of_chunks_only_on_one_sequence(tmp_path):
+    _, module = chunk_variant(tmp_path, {"segments": 4})
+    shape = dict(T=1024, H=2, K=128, V=128, bounded=True, has_h0=False, interpreted=True)
+    assert len(module._make_plan(torch.device("cpu"), N=1, **shape).steps) == 4
+    assert len(module._make_plan(torch.device("cpu"), N=3, **shape).steps) == 1  # batches: one pass
+
+
 def test_intra_register_cap_follows_the_gate_form(tmp_path):
     """The GPU launch options of the intra pass: the bounded gate's cap, or the softplus gate's (each a
     family parameter; measured on the H200 to pull in opposite directions)."""
@@ -135,8 +168,8 @@ def test_intra_register_cap_follows_the_gate_form(tmp_path):
     shape = dict(T=256, H=4, N=2, K=128, V=128, has_h0=False, interpreted=False)
     bounded = module._make_plan(torch.device("cpu"), bounded=True, **shape)
     softplus = module._make_plan(torch.device("cpu"), bounded=False, **shape)
-    assert bounded.intra.options == {"num_warps": 8, "maxnreg": 128}
-    assert softplus.intra.options == {"num_warps": 8}
+    assert bounded.steps[0].intra.options == {"num_warps": 8, "maxnreg": 128}
+    assert softplus.steps[0].intra.options == {"num_warps": 8}
     _, swapped = chunk_variant(tmp_path, {"intra_maxnreg_softplus": 128, "intra_maxnreg_bounded": None})
-    assert swapped._make_plan(torch.device("cpu"), bounded=False, **shape).intra.options["maxnreg"] == 128
-    assert "maxnreg" not in swapped._make_plan(torch.device("cpu"), bounded=True, **shape).intra.options
+    assert swapped._make_plan(torch.device("cpu"), bounded=False, **shape).steps[0].intra.options["maxnreg"] == 128
+    assert "maxnreg" not in swapped._make_plan(torch.device("cpu"), bounded=True, **shape).steps[0].intra.options

@@ -1,5 +1,6 @@
 """scripts/probes.py: the options the GPU probes share."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -49,3 +50,31 @@ def test_the_probes_champion_runs_each_shapes_fastest_point_and_never_an_ablatio
     by_uuid = {w.uuid[:8]: w for w in task.scaled_workloads("full")}
     chosen = champion.points_by_workload([by_uuid["1476db7b"], by_uuid["b9321a1b"]])  # 16k x 32 and 16k x 8
     assert chosen[by_uuid["1476db7b"].uuid]["BT"] == 32 and chosen[by_uuid["b9321a1b"].uuid]["BT"] == 64
+
+
+def test_keep_from_fills_the_shapes_the_probe_gave_no_entry(tmp_path):
+    """--keep-from: a probe of the single sequences only keeps the committed champion's batch entries; a probed
+    shape's new choice replaces the old one; a champion of another family is refused in one line."""
+    import kda_probe
+    import pytest
+
+    from evoteam.task import load_task
+
+    task = load_task("kda_prefill")
+    kernel = Path(task.folder) / "chunk_triton.py"
+    committed = Path(task.folder) / "champion_h200.json"
+    base = json.loads(committed.read_text())["dispatch"]
+    seg = {"BT": 32, "merge": "launch", "segments": 8}
+    rows = [{"workload": "aaaa", "axes": {"num_heads": 32, "num_seqs": 1, "total_seq_len": 16384}, "kernel": name,
+             "graph_us": us} for name, us in (("{}", 1900.0), ("seg", 1200.0))]
+    champion = kda_probe.fastest_point_champion(kernel, task, "h200", rows, {"{}": {}, "seg": seg}, committed)
+    shapes = [tuple(axes[a] for a in kda_probe.SHAPE_AXES) for axes, _ in champion.dispatch]
+    assert shapes == sorted(shapes) and len(shapes) == len(base)  # the one probed shape is already in the base
+    entries = {tuple(axes[a] for a in kda_probe.SHAPE_AXES): point for axes, point in champion.dispatch}
+    assert entries[(32, 1, 16384)] == seg
+    assert entries[(32, 8, 16384)] == {"BT": 32, "intra_warps": 2, "intra_maxnreg_bounded": None}  # kept
+    assert "19 other shapes' entries kept from champion_h200.json" in champion.made_by
+    other = tmp_path / "mla.json"
+    other.write_text((Path(load_task("mla_decode").folder) / "champion_h200.json").read_text())
+    with pytest.raises(SystemExit, match="--keep-from"):
+        kda_probe.fastest_point_champion(kernel, task, "h200", rows, {"{}": {}, "seg": seg}, other)

@@ -82,11 +82,15 @@ from triton.language.extra import libdevice
 #                 1.6x slower on one sequence: H200, 2026-12-02, DESIGN.md 6.5): "off"; "launch", by a launch of its
 #                 own (_merge_halves; measured); "fused", by the intra pass, one program per 64 tokens doing both
 #                 halves and then the combination from L2 (built, not yet timed)
+#   segments      on one sequence, the chunks cut into this many runs of consecutive chunks: the state pass of run j
+#                 (on a second stream, carrying the state through final_state) overlaps the intra pass of run j + 1
+#                 (the state pass of one sequence is latency-bound on a program per head and value block: 0.46-0.52
+#                 ms of 0.72-1.52 at 16k tokens on the H200, 2026-12-02, while the intra pass fills the GPU); 1: off
 #   store_early   the intra pass writes qg, kd and b k exp(G) of a key block before its A products (True)
 #                 or after them (False, measured as v1.4): only the compiler's register allocation
 #                 differs (offline, Triton 3.6, sm_90: stack 744 -> 592 B at the bounded cap of 128,
-#                 120 -> 0 B uncapped)
-PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True, "BT": 64, "merge": "off"}
+#                 120 -> 0 B uncapped); False is no longer in the family's space (slower on the H200 since v1.5)
+PARAMS = {"BV": 0, "num_warps": 4, "num_stages": 2, "FUSE_O": True, "BK": 64, "intra_warps": 8, "intra_maxnreg_softplus": None, "intra_maxnreg_bounded": 128, "store_early": True, "BT": 64, "merge": "off", "segments": 1}
 # Per-shape points ([[axes, params], ...], nearest shape wins; empty: PARAMS everywhere), written by
 # python -m evoteam.sweep --emit-champion, built by --build into a copy of this file.
 DISPATCH = []
@@ -281,7 +285,7 @@ def _intra_exact(q, k, g_raw, dt_bias, tok0, tok1, m0, m1, i_h, b_a, lower_bound
     return a00q, a00k, a10q, a10k, a11q, a11k
 
 
-@triton.jit(do_not_specialize=["T", "N", "NCMAX", "H", "NC_FULL"])
+@triton.jit(do_not_specialize=["T", "N", "NCMAX", "H", "NC_FULL", "C0"])
 def _intra_chunk(
     q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens,
     w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws,
@@ -289,12 +293,13 @@ def _intra_chunk(
     H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
     BK: tl.constexpr, BVU: tl.constexpr, NP: tl.constexpr,
     BOUNDED: tl.constexpr, STORE_EARLY: tl.constexpr, A_LOWP: tl.constexpr, INV_LOWP: tl.constexpr, WU_LOWP: tl.constexpr,
-    INTERP: tl.constexpr, ABLATE: tl.constexpr, AQK_W: tl.constexpr, FUSED: tl.constexpr, el_full, NC_FULL,
+    INTERP: tl.constexpr, ABLATE: tl.constexpr, AQK_W: tl.constexpr, FUSED: tl.constexpr, el_full, NC_FULL, C0,
 ):
     """One chunk of one head (grid: chunks of BT x heads); FUSED: one chunk of 2 BT tokens, its two halves one after
     the other, then combined as _merge_halves does (grid: chunks of 2 BT x heads; the halves' rows that the combination
-    reads back were written by this program, so they come from L2 instead of a third launch's DRAM round trip)."""
-    i_c = tl.program_id(0)
+    reads back were written by this program, so they come from L2 instead of a third launch's DRAM round trip).
+    C0: the first chunk of this launch (a run of chunks of one sequence, `segments`; else 0)."""
+    i_c = tl.program_id(0) + C0
     i_h = tl.program_id(1)
     if FUSED:
         i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, 2 * BT)
@@ -491,15 +496,15 @@ def _intra_rows(
             tl.store(u_ws + row1[:, None] * V + o_v[None, :], _to_bf16(u1, INTERP), mask=m1[:, None])
 
 
-@triton.jit(do_not_specialize=["T", "N", "NC_HALF", "NC_FULL", "H"])
+@triton.jit(do_not_specialize=["T", "N", "NC_HALF", "NC_FULL", "C0", "H"])
 def _merge_halves(
     w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_half, el_full, cu_seqlens,
-    T, N, NC_HALF, NC_FULL,
+    T, N, NC_HALF, NC_FULL, C0,
     H, K: tl.constexpr, V: tl.constexpr, BH: tl.constexpr, NP: tl.constexpr, INTERP: tl.constexpr,
 ):
     """The state pass's operands of each chunk of 2 BH tokens from those of its two halves (chunks of BH written by
-    the intra pass), in place (_merge_pair). Grid: chunks of 2 BH x heads."""
-    i_c = tl.program_id(0)
+    the intra pass), in place (_merge_pair). Grid: chunks of 2 BH x heads, from chunk C0."""
+    i_c = tl.program_id(0) + C0
     i_h = tl.program_id(1)
     i_n, t0, eos, bos = _chunk_of_program(cu_seqlens, i_c, N, NP, 2 * BH)
     if i_n >= N:
@@ -552,10 +557,10 @@ def _merge_pair(w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_half, el_full, i_a, i_c, i_
         tl.store(p_ub, _to_bf16(u_b - tl.dot(m_op, u_a), INTERP), mask=m_b[:, None])
 
 
-@triton.jit(do_not_specialize=["T", "N", "NCMAX", "H"])
+@triton.jit(do_not_specialize=["T", "N", "NCMAX", "I0", "I1", "H"])
 def _state_pass(
     w_ws, u_ws, qg_ws, kd_ws, aqk_ws, el_ws, h0, cu_seqlens, o, ht, hs_ws, vn_ws,
-    T, N, NCMAX,
+    T, N, NCMAX, I0, I1,
     H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     NP: tl.constexpr, HAS_H0: tl.constexpr, FUSE_O: tl.constexpr, NUM_STAGES: tl.constexpr,
     INTERP: tl.constexpr,
@@ -580,7 +585,9 @@ def _state_pass(
     else:
         b_s = tl.zeros([K, BV], dtype=tl.float32)
     head_row = i_h.to(tl.int64) * T
-    for i in tl.range(0, nt, num_stages=NUM_STAGES):
+    # chunks I0 .. I1 - 1 of each sequence (a run of them, `segments`: h0 is then the previous run's ht, read by this
+    # program before it writes the same slice)
+    for i in tl.range(I0, tl.minimum(nt, I1), num_stages=NUM_STAGES):
         t0 = bos + i * BT
         m_t = (t0 + o_t) < eos
         row = head_row + t0 + o_t  # [BT]
@@ -716,8 +723,30 @@ def _current_stream(device_index):
     return torch._C._cuda_getCurrentRawStream(device_index)
 
 
+class _Step:
+    """One run of chunks: its intra launch (from chunk c0), merge launch (from chunk m0) and state launch (chunks
+    i0 .. i1 - 1 of each sequence)."""
+
+    __slots__ = ("intra", "c0", "merge", "m0", "state", "i0", "i1")
+
+    def __init__(self, intra, c0, merge, m0, state, i0, i1):
+        self.intra, self.c0, self.merge, self.m0, self.state, self.i0, self.i1 = intra, c0, merge, m0, state, i0, i1
+
+
 class _Plan:
-    __slots__ = ("p", "ws", "ncmax", "state_ncmax", "intra", "merge", "state", "out", "consts")
+    __slots__ = ("p", "ws", "ncmax", "state_ncmax", "steps", "out", "consts", "side", "events")
+
+
+_ALL = 1 << 30  # "every chunk" as the state pass's end
+
+
+def _runs(T, N, state_bt, count):
+    """[(i0, i1)]: the state pass's chunks cut into `count` runs of consecutive chunks (one sequence only)."""
+    if N != 1 or count <= 1:
+        return [(0, _ALL)]
+    chunks = -(-T // state_bt)
+    per = -(-chunks // count)
+    return [(i0, min(i0 + per, chunks)) for i0 in range(0, chunks, per)]
 
 
 def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
@@ -741,16 +770,30 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
         "state": (H, K, V, state_bt, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted),
         "out": (H, K, V, state_bt, bv, np_, interpreted),
     }
+    pl.consts["state_next"] = pl.consts["state"][:6] + (True,) + pl.consts["state"][7:]  # h0: the previous run's ht
     intra_options = {"num_warps": p["intra_warps"]}
     maxnreg = p["intra_maxnreg_bounded"] if bounded else p["intra_maxnreg_softplus"]
     if maxnreg and not interpreted:
         intra_options["maxnreg"] = maxnreg
-    pl.intra = _Launch(_intra_chunk, (pl.state_ncmax if fused else pl.ncmax, H, 1), intra_options, fast)
-    pl.merge = None if state_bt == BT or fused else _Launch(_merge_halves, (pl.state_ncmax, H, 1), {"num_warps": 4},
-                                                             fast)
-    pl.state = _Launch(_state_pass, (N * H * (V // bv), 1, 1), {"num_warps": p["num_warps"]}, fast)
+    per_state = 1 if fused else state_bt // BT  # intra programs per state chunk
+    runs = _runs(T, N, state_bt, p["segments"])
+    pl.steps = []
+    for i0, i1 in runs:
+        if i1 == _ALL:
+            intra_grid, merge_grid = (pl.state_ncmax if fused else pl.ncmax), pl.state_ncmax
+        else:
+            intra_grid, merge_grid = (i1 - i0) * per_state, i1 - i0
+        merge = None if state_bt == BT or fused else _Launch(_merge_halves, (merge_grid, H, 1), {"num_warps": 4}, fast)
+        state = _Launch(_state_pass, (N * H * (V // bv), 1, 1), {"num_warps": p["num_warps"]}, fast)
+        pl.steps.append(_Step(_Launch(_intra_chunk, (intra_grid, H, 1), intra_options, fast), i0 * per_state,
+                              merge, i0, state, i0, i1))
     pl.out = None if p["FUSE_O"] else _Launch(_output_pass, (pl.state_ncmax, H, V // bv),
                                               {"num_warps": p["num_warps"]}, fast)
+    # the runs' state passes on a second stream (high priority: its programs take SMs as the intra pass's free up)
+    pl.side = pl.events = None
+    if len(runs) > 1 and device.type == "cuda" and not interpreted:
+        pl.side = torch.cuda.Stream(device=device, priority=-1)
+        pl.events = [torch.cuda.Event() for _ in range(len(runs) + 1)]
     return pl
 
 
@@ -781,14 +824,29 @@ def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
     assert contiguous, "the kernels assume contiguous tensors"
     ws, ncmax, state_ncmax = pl.ws, pl.ncmax, pl.state_ncmax
     h0 = initial_state if has_initial_state else final_state  # not read without an initial state
-    pl.intra((q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens,
-              ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"],
-              float(scale), float(lower_bound), T, N, ncmax, *pl.consts["intra"], ws["el_state"], state_ncmax), aligned)
-    if pl.merge is not None:
-        pl.merge((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"], ws["el_state"], cu_seqlens,
-                  T, N, ncmax, state_ncmax, *pl.consts["merge"]), aligned)
-    pl.state((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el_state"], h0, cu_seqlens, o, final_state,
-              ws["hs"], ws["vn"], T, N, state_ncmax, *pl.consts["state"]), aligned)
+    intra_args = (q, k, v, g_raw, beta_logits, A_log, dt_bias, cu_seqlens, ws["w"], ws["u"], ws["qg"], ws["kd"],
+                  ws["aqk"], ws["el"], float(scale), float(lower_bound), T, N, ncmax, *pl.consts["intra"],
+                  ws["el_state"], state_ncmax)
+    side = pl.side
+    main = torch.cuda.current_stream(device) if side is not None else None
+    for j, step in enumerate(pl.steps):
+        step.intra((*intra_args, step.c0), aligned)
+        if step.merge is not None:
+            step.merge((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"], ws["el_state"], cu_seqlens,
+                        T, N, ncmax, state_ncmax, step.m0, *pl.consts["merge"]), aligned)
+        state_args = (ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el_state"], h0 if j == 0 else final_state,
+                      cu_seqlens, o, final_state, ws["hs"], ws["vn"], T, N, state_ncmax, step.i0, step.i1,
+                      *pl.consts["state" if j == 0 else "state_next"])
+        if side is None:
+            step.state(state_args, aligned)
+        else:  # this run's state pass waits for its chunks only; the next run's intra pass goes on meanwhile
+            pl.events[j].record(main)
+            side.wait_event(pl.events[j])
+            with torch.cuda.stream(side):
+                step.state(state_args, aligned)
+    if side is not None:
+        pl.events[-1].record(side)
+        main.wait_event(pl.events[-1])
     if pl.out is not None:
         pl.out((ws["qg"], ws["aqk"], ws["hs"], ws["vn"], cu_seqlens, o, T, N, state_ncmax, *pl.consts["out"]),
                aligned)
