@@ -49,11 +49,12 @@ kernel=${KERNEL:-kernels/kda_prefill/chunk_triton.py}
 default_points='[{}, {"FUSE_O": false}, {"intra_maxnreg_bounded": null}, {"BV": 16}]'
 probe_points=${PROBE_POINTS:-$default_points}
 # v1.5, 32-token chunks on 2 warps (the bounded gate uncapped), the same with halves merged into 64-token steps by a
-# launch (these won on the H200, 2026-12-02, DESIGN.md 6.5; key blocks of 32, value blocks of 16 and 1 warp lost), and
-# merged inside the intra pass (not yet timed)
+# launch, and that in runs of chunks whose state passes overlap the next run's intra pass (one sequence only). These
+# won on the H200, 2026-12-02 (DESIGN.md 6.5, 6.6); key blocks of 32, value blocks of 16, 1 warp and the merge fused
+# into the intra pass lost
 select_points='[{}, {"BT": 32, "intra_warps": 2, "intra_maxnreg_bounded": null},
  {"BT": 32, "intra_warps": 2, "intra_maxnreg_bounded": null, "merge": "launch"},
- {"BT": 32, "intra_warps": 2, "intra_maxnreg_bounded": null, "merge": "fused"}]'
+ {"BT": 32, "intra_warps": 2, "intra_maxnreg_bounded": null, "merge": "launch", "segments": 4}]'
 ablate_points='[{"BT": 32, "intra_warps": 4}]'
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"

@@ -81,7 +81,8 @@ from triton.language.extra import libdevice
 #                 64-token steps (the BT 32 intra pass is 1.6-2x faster than BT 64's on 2 warps, the BT 32 state pass
 #                 1.6x slower on one sequence: H200, 2026-12-02, DESIGN.md 6.5): "off"; "launch", by a launch of its
 #                 own (_merge_halves; measured); "fused", by the intra pass, one program per 64 tokens doing both
-#                 halves and then the combination from L2 (built, not yet timed)
+#                 halves and then the combination from L2 (1.5-2.6x slower than "launch" on the H200, 2026-12-02:
+#                 the doubled program; no longer in the family's space)
 #   segments      on one sequence, the chunks cut into this many runs of consecutive chunks: the state pass of run j
 #                 (on a second stream, carrying the state through final_state) overlaps the intra pass of run j + 1
 #                 (the state pass of one sequence is latency-bound on a program per head and value block: 0.46-0.52
@@ -699,21 +700,28 @@ class _Launch:
         self.fn, self.grid, self.options, self.fast = fn, grid, options, None if fast else False
         self.compiled, self.device = None, 0
 
-    def __call__(self, args, fast_ok):
+    def __call__(self, args, fast_ok, stream=None):
+        """stream: a torch stream to launch on (else the current one); direct launches take its handle, without
+        the stream context's host cost."""
         c = self.compiled
         if c is not None and fast_ok:
+            handle = stream.cuda_stream if stream is not None else _current_stream(self.device)
             if self.fast is True:
-                c.run(self.grid[0], self.grid[1], self.grid[2], _current_stream(self.device), c.function,
+                c.run(self.grid[0], self.grid[1], self.grid[2], handle, c.function,
                       c.packed_metadata, None, None, None, *args)
                 return
             try:  # the first direct launch: a Triton whose launcher takes other arguments raises here
-                c.run(self.grid[0], self.grid[1], self.grid[2], _current_stream(self.device), c.function,
+                c.run(self.grid[0], self.grid[1], self.grid[2], handle, c.function,
                       c.packed_metadata, None, None, None, *args)
                 self.fast = True
                 return
             except (TypeError, ValueError, IndexError, SystemError, AttributeError):
                 self.compiled, self.fast = None, False
-        compiled = self.fn[self.grid](*args, **self.options)
+        if stream is not None:
+            with torch.cuda.stream(stream):
+                compiled = self.fn[self.grid](*args, **self.options)
+        else:
+            compiled = self.fn[self.grid](*args, **self.options)
         if self.fast is not False and fast_ok and compiled is not None and hasattr(compiled, "run"):
             self.compiled = compiled
             self.device = torch.cuda.current_device()
@@ -842,8 +850,7 @@ def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
         else:  # this run's state pass waits for its chunks only; the next run's intra pass goes on meanwhile
             pl.events[j].record(main)
             side.wait_event(pl.events[j])
-            with torch.cuda.stream(side):
-                step.state(state_args, aligned)
+            step.state(state_args, aligned, side)
     if side is not None:
         pl.events[-1].record(side)
         main.wait_event(pl.events[-1])
