@@ -156,11 +156,34 @@ def test_runs_of_chunks_are_bit_identical_to_one_pass(tmp_path, point, has_h0):
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
-def test_runs_of_chunks_only_on_one_sequence(tmp_path):
-    _, module = chunk_variant(tmp_path, {"segments": 4})
+@pytest.mark.parametrize("point", [{"BT": 32}, {}])
+@pytest.mark.parametrize("has_h0", [False, True])
+def test_runs_of_chunks_across_sequences_are_bit_identical(tmp_path, point, has_h0):
+    """Runs of global chunks on a batch: runs that end inside a sequence, a sequence inside one run, empty
+    sequences (their final state is their initial one, written once) and chunks past the real end."""
+    lengths = [100, 0, 70, 1, 130, 0]
+    _, whole = chunk_variant(tmp_path, {"BK": 128, **point})
+    _, cut = chunk_variant(tmp_path, {"BK": 128, **point, "segments": 4})
+    inp = inputs(lengths, 1, False, has_h0, 8)
+    outs = []
+    for module in (whole, cut):
+        o = torch.full((301, 1, 128), float("nan"), dtype=torch.bfloat16)
+        final_state = torch.full((6, 1, 128, 128), float("nan"))
+        module.run(**inp, o=o, final_state=final_state)
+        outs.append((o, final_state))
+    (plan,) = cut._PLANS.values()
+    assert len(plan.steps) == 4
+    assert not torch.isnan(outs[1][0]).any() and not torch.isnan(outs[1][1]).any()
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+def test_runs_of_chunks_with_a_merge_launch_only_on_one_sequence(tmp_path):
+    _, module = chunk_variant(tmp_path, {"segments": 4, "BT": 32, "merge": "launch"})
     shape = dict(T=1024, H=2, K=128, V=128, bounded=True, has_h0=False, interpreted=True)
     assert len(module._make_plan(torch.device("cpu"), N=1, **shape).steps) == 4
-    assert len(module._make_plan(torch.device("cpu"), N=3, **shape).steps) == 1  # batches: one pass
+    assert len(module._make_plan(torch.device("cpu"), N=3, **shape).steps) == 1  # halves not 2:1 across sequences
+    _, unmerged = chunk_variant(tmp_path, {"segments": 4, "BT": 32})
+    assert len(unmerged._make_plan(torch.device("cpu"), N=3, **shape).steps) == 4
 
 
 def test_intra_register_cap_follows_the_gate_form(tmp_path):
