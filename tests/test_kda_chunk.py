@@ -140,20 +140,27 @@ def test_runs_of_chunks_are_bit_identical_to_one_pass(tmp_path, point, has_h0):
     """`segments` cuts one sequence's chunks into runs, each state pass starting from the previous run's final
     state: the same arithmetic in the same order, so the outputs equal one pass's bit for bit (uneven runs: 5
     steps of 64 tokens in runs of 2, 2, 1; 10 of 32 in 4, 4, 2)."""
-    _, whole = chunk_variant(tmp_path, {"BK": 128, **point})
-    _, cut = chunk_variant(tmp_path, {"BK": 128, **point, "segments": 3})
-    inp = inputs([300], 2, True, has_h0, 7)
-    outs = []
-    for module in (whole, cut):
-        o = torch.full((300, 2, 128), float("nan"), dtype=torch.bfloat16)
-        final_state = torch.full((1, 2, 128, 128), float("nan"))
-        module.run(**inp, o=o, final_state=final_state)
-        outs.append((o, final_state))
-    (plan,) = cut._PLANS.values()
+    plan = assert_runs_change_no_bit(tmp_path, point, 3, inputs([300], 2, True, has_h0, 7))
     chunks = 5 if point.get("merge", "off") != "off" or "BT" not in point else 10  # 64-token steps, or 32
     assert [(s.i0, s.i1) for s in plan.steps] == {5: [(0, 2), (2, 4), (4, 5)], 10: [(0, 4), (4, 8), (8, 10)]}[chunks]
+
+
+def assert_runs_change_no_bit(tmp_path, point, segments, inp):
+    """The outputs of `point` with `segments` runs equal one pass's bit for bit, and none is left poisoned; the
+    plan of the runs."""
+    _, whole = chunk_variant(tmp_path, {"BK": 128, **point})
+    _, cut = chunk_variant(tmp_path, {"BK": 128, **point, "segments": segments})
+    (T, H, K), N = inp["q"].shape, inp["cu_seqlens"].numel() - 1
+    outs = []
+    for module in (whole, cut):
+        o = torch.full((T, H, K), float("nan"), dtype=torch.bfloat16)
+        final_state = torch.full((N, H, K, K), float("nan"))
+        module.run(**inp, o=o, final_state=final_state)
+        outs.append((o, final_state))
     assert not torch.isnan(outs[1][0]).any() and not torch.isnan(outs[1][1]).any()
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    (plan,) = cut._PLANS.values()
+    return plan
 
 
 @pytest.mark.parametrize("point", [{"BT": 32}, {}])
@@ -161,20 +168,8 @@ def test_runs_of_chunks_are_bit_identical_to_one_pass(tmp_path, point, has_h0):
 def test_runs_of_chunks_across_sequences_are_bit_identical(tmp_path, point, has_h0):
     """Runs of global chunks on a batch: runs that end inside a sequence, a sequence inside one run, empty
     sequences (their final state is their initial one, written once) and chunks past the real end."""
-    lengths = [100, 0, 70, 1, 130, 0]
-    _, whole = chunk_variant(tmp_path, {"BK": 128, **point})
-    _, cut = chunk_variant(tmp_path, {"BK": 128, **point, "segments": 4})
-    inp = inputs(lengths, 1, False, has_h0, 8)
-    outs = []
-    for module in (whole, cut):
-        o = torch.full((301, 1, 128), float("nan"), dtype=torch.bfloat16)
-        final_state = torch.full((6, 1, 128, 128), float("nan"))
-        module.run(**inp, o=o, final_state=final_state)
-        outs.append((o, final_state))
-    (plan,) = cut._PLANS.values()
+    plan = assert_runs_change_no_bit(tmp_path, point, 4, inputs([100, 0, 70, 1, 130, 0], 1, False, has_h0, 8))
     assert len(plan.steps) == 4
-    assert not torch.isnan(outs[1][0]).any() and not torch.isnan(outs[1][1]).any()
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
 def test_runs_of_chunks_with_a_merge_launch_only_on_one_sequence(tmp_path):
