@@ -83,12 +83,13 @@ from triton.language.extra import libdevice
 #                 own (_merge_halves; measured); "fused", by the intra pass, one program per 64 tokens doing both
 #                 halves and then the combination from L2 (1.5-2.6x slower than "launch" on the H200, 2026-12-02:
 #                 the doubled program; no longer in the family's space)
-#   segments      the chunks (sequence after sequence) cut into this many runs of consecutive chunks: the state pass
-#                 of run j (on a second stream, carrying each sequence's state through final_state) overlaps the intra
-#                 pass of run j + 1 (the state pass is latency-bound on a program per head and value block: 0.46-0.52
-#                 ms of 0.72-1.52 at 16k tokens on the H200, 2026-12-02, while the intra pass fills the GPU). With a
-#                 merge launch, on one sequence only; 1: off. Measured (DESIGN.md 6.6): 1.23x at 16k x 8, nearly
-#                 nothing at 32 heads (the state programs displace intra programs), a loss below 4k tokens
+#   segments      on one sequence, the chunks cut into this many runs of consecutive chunks: the state pass of run j
+#                 (on a second stream, carrying the state through final_state) overlaps the intra pass of run j + 1
+#                 (the state pass of one sequence is latency-bound on a program per head and value block: 0.46-0.52
+#                 ms of 0.72-1.52 at 16k tokens on the H200, 2026-12-02, while the intra pass fills the GPU); 1: off.
+#                 Measured (DESIGN.md 6.6): 1.23x at 16k x 8, nearly nothing at 32 heads (the state programs displace
+#                 intra programs), a loss below 4k tokens. Runs of the global chunk order on batches lost 1.1-1.9x
+#                 (they serialize the sequences' state passes): a batch is one pass
 #   store_early   the intra pass writes qg, kd and b k exp(G) of a key block before its A products (True)
 #                 or after them (False, measured as v1.4): only the compiler's register allocation
 #                 differs (offline, Triton 3.6, sm_90: stack 744 -> 592 B at the bounded cap of 128,
@@ -566,7 +567,7 @@ def _state_pass(
     T, N, NCMAX, I0, I1,
     H, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     NP: tl.constexpr, HAS_H0: tl.constexpr, FUSE_O: tl.constexpr, NUM_STAGES: tl.constexpr,
-    INTERP: tl.constexpr, RUNS: tl.constexpr,
+    INTERP: tl.constexpr,
 ):
     NV: tl.constexpr = V // BV
     pid = tl.program_id(0)
@@ -578,29 +579,19 @@ def _state_pass(
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
     nt = ((eos - bos + BT - 1) // BT).to(tl.int32)
-    # RUNS: this launch's global chunks I0 .. I1 - 1 (a run of them, `segments`) within this sequence; an empty
-    # sequence's final state (its initial one) is written by the first run. Else all chunks (the bounds' arithmetic
-    # and branch, compiled in, cost the batches' state pass 10 registers and a spill, offline)
-    lo = 0
-    hi = nt
-    if RUNS:
-        lo = tl.maximum(I0 - coff, 0)
-        hi = tl.minimum(nt, I1 - coff)
-        if (hi <= lo) & ((nt > 0) | (I0 > 0)):
-            return
 
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
     o_t = tl.arange(0, BT)
     p_state = (i_nh.to(tl.int64) * K + o_k[:, None]) * V + o_v[None, :]
-    if RUNS and lo > 0:  # a later run of this sequence: the state an earlier run left (read before this program writes it)
-        b_s = tl.load(ht + p_state)
-    elif HAS_H0:
+    if HAS_H0:
         b_s = tl.load(h0 + p_state).to(tl.float32)
     else:
         b_s = tl.zeros([K, BV], dtype=tl.float32)
     head_row = i_h.to(tl.int64) * T
-    for i in tl.range(lo, hi, num_stages=NUM_STAGES):
+    # chunks I0 .. I1 - 1 of each sequence (a run of them, `segments`: h0 is then the previous run's ht, read by this
+    # program before it writes the same slice)
+    for i in tl.range(I0, tl.minimum(nt, I1), num_stages=NUM_STAGES):
         t0 = bos + i * BT
         m_t = (t0 + o_t) < eos
         row = head_row + t0 + o_t  # [BT]
@@ -761,11 +752,10 @@ _ALL = 1 << 30  # "every chunk" as the state pass's end
 
 
 def _runs(T, N, state_bt, count):
-    """[(i0, i1)]: the state pass's global chunks (sequence after sequence) cut into `count` runs of consecutive
-    chunks; the count of chunks is exact on one sequence, an upper bound on more (programs past the end return)."""
-    if count <= 1:
+    """[(i0, i1)]: the state pass's chunks cut into `count` runs of consecutive chunks (one sequence only)."""
+    if N != 1 or count <= 1:
         return [(0, _ALL)]
-    chunks = -(-T // state_bt) if N == 1 else T // state_bt + N
+    chunks = -(-T // state_bt)
     per = -(-chunks // count)
     return [(i0, min(i0 + per, chunks)) for i0 in range(0, chunks, per)]
 
@@ -788,18 +778,16 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
         "intra": (H, K, V, BT, p["BK"], p["BK"], np_, bool(bounded), bool(p["store_early"]), A_LOWP, INV_LOWP,
                   WU_LOWP, interpreted, ABLATE, state_bt if state_bt != BT else 0, fused),
         "merge": (H, K, V, BT, np_, interpreted),
-        "state": (H, K, V, state_bt, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted, False),
+        "state": (H, K, V, state_bt, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted),
         "out": (H, K, V, state_bt, bv, np_, interpreted),
     }
+    pl.consts["state_next"] = pl.consts["state"][:6] + (True,) + pl.consts["state"][7:]  # h0: the previous run's ht
     intra_options = {"num_warps": p["intra_warps"]}
     maxnreg = p["intra_maxnreg_bounded"] if bounded else p["intra_maxnreg_softplus"]
     if maxnreg and not interpreted:
         intra_options["maxnreg"] = maxnreg
     per_state = 1 if fused else state_bt // BT  # intra programs per state chunk
-    # runs of global chunks: any number of sequences where an intra chunk is a state chunk (no merge, or merged in
-    # the intra pass); with a merge launch only on one sequence (there the halves of state chunk i are chunks 2i, 2i+1)
-    runs = _runs(T, N, state_bt, p["segments"] if N == 1 or per_state == 1 else 1)
-    pl.consts["state"] = (*pl.consts["state"][:-1], len(runs) > 1)
+    runs = _runs(T, N, state_bt, p["segments"])
     pl.steps = []
     for i0, i1 in runs:
         if i1 == _ALL:
@@ -857,8 +845,9 @@ def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
         if step.merge is not None:
             step.merge((ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el"], ws["el_state"], cu_seqlens,
                         T, N, ncmax, state_ncmax, step.m0, *pl.consts["merge"]), aligned)
-        state_args = (ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el_state"], h0, cu_seqlens, o,
-                      final_state, ws["hs"], ws["vn"], T, N, state_ncmax, step.i0, step.i1, *pl.consts["state"])
+        state_args = (ws["w"], ws["u"], ws["qg"], ws["kd"], ws["aqk"], ws["el_state"], h0 if j == 0 else final_state,
+                      cu_seqlens, o, final_state, ws["hs"], ws["vn"], T, N, state_ncmax, step.i0, step.i1,
+                      *pl.consts["state" if j == 0 else "state_next"])
         if side is None:
             step.state(state_args, aligned)
         else:  # this run's state pass waits for its chunks only; the next run's intra pass goes on meanwhile
