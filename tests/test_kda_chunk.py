@@ -164,7 +164,7 @@ def assert_runs_change_no_bit(tmp_path, point, segments, inp):
 
 
 def test_runs_of_chunks_only_on_one_sequence(tmp_path):
-    """Runs of the global chunk order on a batch serialize its sequences' state passes (1.1-1.9x slower on the H200,
+    """Runs of the global chunk order on a batch serialize its sequences' state passes (1.03-1.9x slower on the H200,
     DESIGN.md 6.6): a batch is one pass."""
     _, module = chunk_variant(tmp_path, {"segments": 4})
     shape = dict(T=1024, H=2, K=128, V=128, bounded=True, has_h0=False, interpreted=True)

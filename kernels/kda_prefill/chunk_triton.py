@@ -88,7 +88,7 @@ from triton.language.extra import libdevice
 #                 (the state pass of one sequence is latency-bound on a program per head and value block: 0.46-0.52
 #                 ms of 0.72-1.52 at 16k tokens on the H200, 2026-12-02, while the intra pass fills the GPU); 1: off.
 #                 Measured (DESIGN.md 6.6): 1.23x at 16k x 8, nearly nothing at 32 heads (the state programs displace
-#                 intra programs), a loss below 4k tokens. Runs of the global chunk order on batches lost 1.1-1.9x
+#                 intra programs), a loss below 4k tokens. Runs of the global chunk order on batches lost 1.03-1.9x
 #                 (they serialize the sequences' state passes): a batch is one pass
 #   store_early   the intra pass writes qg, kd and b k exp(G) of a key block before its A products (True)
 #                 or after them (False, measured as v1.4): only the compiler's register allocation
