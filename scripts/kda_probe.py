@@ -234,6 +234,11 @@ def emit_from_rows(args) -> int:
 SHAPE_AXES = ("num_heads", "num_seqs", "total_seq_len")  # the chunk family's params_for axes
 
 
+def shape_of(axes: dict) -> tuple:
+    """A workload's (or a dispatch entry's) shape: its SHAPE_AXES values."""
+    return tuple(axes.get(a) for a in SHAPE_AXES)
+
+
 def fastest_point_champion(kernel: Path, task, hardware: str, rows: list[dict], points: dict[str, dict],
                            keep_from: Path | None = None):
     """A Champion of the kernel's family: for each probed shape (SHAPE_AXES; workloads of one shape, e.g. the two
@@ -249,7 +254,7 @@ def fastest_point_champion(kernel: Path, task, hardware: str, rows: list[dict], 
     times: dict[tuple, dict[str, dict[str, float]]] = {}  # shape -> point name -> workload -> graph us
     for row in rows:
         if row["kernel"] in points and row.get("graph_us"):
-            shape = tuple(row["axes"][a] for a in SHAPE_AXES)
+            shape = shape_of(row["axes"])
             times.setdefault(shape, {}).setdefault(row["kernel"], {})[row["workload"]] = row["graph_us"]
     first = next(iter(points))
     dispatch, gains = [], []
@@ -273,9 +278,9 @@ def fastest_point_champion(kernel: Path, task, hardware: str, rows: list[dict], 
             raise SystemExit(f"--keep-from: {exc}") from None
         if base.family.path.resolve() != family.path.resolve():
             raise SystemExit(f"--keep-from {keep_from}: a champion of family {base.family.name}, not {family.name}")
-        chosen = {tuple(axes[a] for a in SHAPE_AXES) for axes, _ in dispatch}
-        kept = [[axes, point] for axes, point in base.dispatch if tuple(axes.get(a) for a in SHAPE_AXES) not in chosen]
-        dispatch = sorted(dispatch + kept, key=lambda e: tuple(e[0].get(a) for a in SHAPE_AXES))
+        chosen = {shape_of(axes) for axes, _ in dispatch}
+        kept = [[axes, point] for axes, point in base.dispatch if shape_of(axes) not in chosen]
+        dispatch = sorted(dispatch + kept, key=lambda entry: shape_of(entry[0]))
         made_by += f"; {len(kept)} other shapes' entries kept from {keep_from.name}"
     return Champion(task=task.name, family=family, hardware=hardware, params={}, dispatch=dispatch, made_by=made_by)
 

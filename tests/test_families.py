@@ -49,7 +49,7 @@ def test_every_task_has_its_families():
             assert set(f.space) == set(f.default), f"{task}/{f.name}: space and PARAMS name other keys"
             assert f.contains(f.default), f"{task}/{f.name}: PARAMS is not a point of the space"
             # small enough to sweep on the lent GPU in a few sharded calls (about 16 s per point on the 47 MLA
-            # workloads); a session sweeps a subset (--space, --points; the KDA chunk family's ten choices, 1152 points, are
+            # workloads); a session sweeps a subset (--space, --points; the KDA chunk family's twelve parameters, 1152 points, are
             # chosen from by scripts/kda_probe.py on a few points instead)
             assert 6 <= f.size <= 2048, f"{task}/{f.name}: {f.size} points"
             assert f.default == read_params(f.path.read_text())

@@ -778,10 +778,10 @@ def _make_plan(device, T, H, N, K, V, bounded, has_h0, interpreted):
         "intra": (H, K, V, BT, p["BK"], p["BK"], np_, bool(bounded), bool(p["store_early"]), A_LOWP, INV_LOWP,
                   WU_LOWP, interpreted, ABLATE, state_bt if state_bt != BT else 0, fused),
         "merge": (H, K, V, BT, np_, interpreted),
-        "state": (H, K, V, state_bt, bv, np_, bool(has_h0), bool(p["FUSE_O"]), p["num_stages"], interpreted),
         "out": (H, K, V, state_bt, bv, np_, interpreted),
     }
-    pl.consts["state_next"] = pl.consts["state"][:6] + (True,) + pl.consts["state"][7:]  # h0: the previous run's ht
+    for name, reads_h0 in (("state", bool(has_h0)), ("state_next", True)):  # state_next: h0 is the previous run's ht
+        pl.consts[name] = (H, K, V, state_bt, bv, np_, reads_h0, bool(p["FUSE_O"]), p["num_stages"], interpreted)
     intra_options = {"num_warps": p["intra_warps"]}
     maxnreg = p["intra_maxnreg_bounded"] if bounded else p["intra_maxnreg_softplus"]
     if maxnreg and not interpreted:
