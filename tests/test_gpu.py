@@ -70,6 +70,27 @@ def test_fla_chunk_kda_passes_our_checker(hw):
         assert result.passed, (workload.uuid, result.summary())
 
 
+def test_fla_is_timed_by_graph_replay_with_more_input_sets_than_its_index_cache_held(hw):
+    """fla memoises chunk indices per cu_seqlens tensor, 4 by default: with 16 input sets each call rebuilt
+    them on the host, so its graph capture failed and events timed its host work (H200, 2026-12-02)."""
+    from evoteam.harness.executor import evaluate
+    from evoteam.harness.model import EvalRequest
+
+    from conftest import REPO
+
+    task = load_task("kda_prefill")
+    if baselines.FlaChunkKDA().unavailable_reason(task, hw):
+        pytest.skip("fla is not installed")
+    smallest = min(task.workloads, key=lambda w: w.axes["total_seq_len"] * w.axes["num_heads"])
+    request = EvalRequest(task="kda_prefill", hardware=hw.name, workloads=[smallest.uuid],
+                          solution=str(REPO / "kernels" / "kda_prefill" / "chunk_triton.py"),
+                          baseline="fla", timing_mode="graph", warmup=2, reps=5)
+    (result,) = evaluate(request, timeout_s=600).results
+    assert result.status == "PASSED", (result.status, result.detail)
+    assert result.timing_mode == "graph" and result.spread["calls_per_batch"] > 4, (result.timing_mode,
+                                                                                    result.spread)
+
+
 def test_the_baseline_library_is_out_of_the_candidates_reach(hw):
     """Past the static scan, the sandbox: flashinfer is not there for the candidate to import."""
     from evoteam.harness.executor import evaluate

@@ -162,10 +162,26 @@ class FlaChunkKDA(Baseline):
     backends = ("cuda", "rocm")
     module = "fla.ops.kda"
     distribution = "fla-core"
+    # fla memoises its chunk indices by the identity of cu_seqlens, FLA_TENSOR_CACHE_SIZE (4) entries per
+    # function, read when fla is imported. Each input set is its own tensor, so with more than 4 sets every call
+    # rebuilt them on the host and copied them over: host time inside fla's events figure, and no graph capture
+    # ("Cannot copy between CPU and CUDA tensors during CUDA graph capture", H200, 2026-12-02). Like FlashInfer's
+    # plan, this per-batch set-up is a serving engine's once per batch, outside the kernel time measured here.
+    tensor_cache_size = 64
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        # before unavailable_reason's import of fla: both are read at its import
+        os.environ["FLA_FLASH_KDA"] = "0"  # fla's own Triton path even where flash_kda is installed
+        os.environ["FLA_TENSOR_CACHE_SIZE"] = str(self.tensor_cache_size)
 
     def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
-        os.environ["FLA_FLASH_KDA"] = "0"  # fla's own Triton path even where flash_kda is installed
         from fla.ops.kda import chunk_kda
+        from fla.utils import env
+
+        if env.FLA_TENSOR_CACHE_SIZE < self.tensor_cache_size:
+            raise BaselineUnavailable(f"fla was imported before its adapter set FLA_TENSOR_CACHE_SIZE (it holds "
+                                      f"{env.FLA_TENSOR_CACHE_SIZE}); create the fla baseline before importing fla")
 
         cu_seqlens = inputs["cu_seqlens"].to(torch.long)
         cu_seqlens_cpu = cu_seqlens.cpu()
