@@ -88,3 +88,57 @@ def test_sigkill_mid_run_then_resume_repeats_no_finished_evaluation(tmp_path):
     assert "resuming: team" in resumed.stdout
     assert "team history:" in resumed.stdout and "geomean speedup" in resumed.stdout
     assert (run_dir / "final" / "dispatch.json").is_file()
+
+
+def test_an_evaluation_or_final_table_interrupted_part_way_resumes_from_its_finished_pieces(tmp_path, monkeypatch):
+    """A long evaluation (the KDA champion on 24 workloads of an H200 takes longer than a lent-GPU call) runs in
+    journaled pieces: after an interrupt only the workloads of unfinished pieces are evaluated again."""
+    import pytest
+
+    from evoteam.harness.model import EvalRequest
+    from evoteam.team import toolbox
+
+    monkeypatch.setattr(toolbox, "PIECE_WORKLOADS", 2)
+    calls = []
+
+    def interrupted_once(request, timeout_s):
+        calls.append(list(request.workloads))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return _flat_evaluator(request, timeout_s)
+
+    request = EvalRequest(task="mla_decode", hardware="cpu", solution="kernel.py", workloads=list("abcde"))
+    journal = tmp_path / "pieces.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        toolbox.evaluate_in_pieces(interrupted_once, request, 60, journal)
+    result = toolbox.evaluate_in_pieces(interrupted_once, request, 60, journal)
+    assert calls == [["a", "b"], ["c", "d"], ["c", "d"], ["e"]]
+    assert [r.uuid for r in result.results] == list("abcde") and len(read_journal(journal)) == 3
+
+    # The final table of a run: the same, per kernel of the dispatch; a finished table is measured afresh.
+    task = load_task("mla_decode")
+    workloads = task.scaled_workloads("small")
+    uuids = [w.uuid for w in workloads]
+    groups = {w.uuid: task.workload_group(w) for w in workloads}
+    settings = HarnessSettings.for_run("mla_decode", "cpu", "small", probe_workloads=uuids, all_workloads=uuids)
+    calls.clear()
+
+    def interrupted_at_the_fourth(request, timeout_s):
+        calls.append(list(request.workloads))
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return _flat_evaluator(request, timeout_s)
+
+    run = TeamRun(run_dir=tmp_path / "run", task=task, workloads=workloads, settings=settings,
+                  ledger=Ledger(token_budget=1000, max_evaluations=1, max_wall_time_s=600),
+                  preset=presets.single("offline"), space=SearchSpace(load_families(task)),
+                  supervisor=Supervisor(sorted(set(groups.values())), ["offline"]), seed=1, log=lambda line: None,
+                  evaluator=interrupted_at_the_fourth)
+    run.run()
+    assert calls == [uuids[:2], uuids[2:]]  # the one evaluation, in two pieces
+    with pytest.raises(KeyboardInterrupt):
+        run.final_measurement(timeout_s=60)
+    final = run.final_measurement(timeout_s=60)
+    assert calls[2:] == [uuids[:2], uuids[2:], uuids[2:]] and [r.uuid for r in final] == uuids
+    run.final_measurement(timeout_s=60)
+    assert calls[5:] == [uuids[:2], uuids[2:]]

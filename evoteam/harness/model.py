@@ -190,6 +190,20 @@ class EvalResult:
                    log_tail=obj.get("log_tail", ""), sandbox=obj.get("sandbox", {}), seed=obj.get("seed"),
                    seed_secret=obj.get("seed_secret", True), placement=obj.get("placement", {}))
 
+    @classmethod
+    def merged(cls, pieces: list[EvalResult], order: list[str]) -> EvalResult:
+        """One evaluation's pieces (disjoint workloads, each its own judge) as one result, in `order`. Each
+        workload's inputs come from its piece's seed: one seed stands for the whole only when all agree."""
+        if len(pieces) <= 1:
+            return pieces[0] if pieces else cls(results=[])
+        by_uuid = {r.uuid: r for piece in pieces for r in piece.results}
+        seeds = {piece.seed for piece in pieces}
+        tails = [f"=== piece {i} ({len(p.results)} workloads, seed {p.seed}) ===\n{p.log_tail}" for i, p in enumerate(pieces)]
+        return cls(results=[by_uuid[u] for u in order], restarts=sum(p.restarts for p in pieces),
+                   log_tail="\n".join(tails)[-16000:], sandbox=pieces[0].sandbox,
+                   seed=seeds.pop() if len(seeds) == 1 else None,
+                   seed_secret=any(p.seed_secret for p in pieces), placement=pieces[-1].placement)
+
 
 def geomean(values) -> float | None:
     """The geometric mean of the positive numbers among values (None and 0 are left out); None for none.

@@ -35,7 +35,7 @@ from evoteam.team.offline import OfflineAgent, SearchSpace
 from evoteam.team.progress import Progress, progress_of
 from evoteam.team.spec import TeamSpec
 from evoteam.team.supervisor import Supervisor, stalled, verdict
-from evoteam.team.toolbox import HarnessSettings, Toolbox
+from evoteam.team.toolbox import HarnessSettings, Toolbox, evaluate_in_pieces
 from evoteam.team.workspace import Workspace
 
 
@@ -327,6 +327,10 @@ class TeamRun:
     def final_measurement(self, timeout_s: float) -> list[WorkloadResult]:
         table = self.dispatch()
         final_dir = self.run_dir / "final"
+        if (final_dir / "results.json").is_file():  # measured to the end before: measured afresh (remeasure)
+            for journal in final_dir.glob("pieces-*.jsonl"):
+                journal.unlink()
+            (final_dir / "results.json").unlink()
         (final_dir / "kernels").mkdir(parents=True, exist_ok=True)
         default_source = self.space.source(self.space.default(next(iter(self.space.families))))
         by_kernel: dict[str, list[str]] = {}
@@ -342,7 +346,9 @@ class TeamRun:
             request = s.request(str(path), uuids, reps=max(s.template.reps, 3), use_baseline_cache=False,
                                 second_figure=True)
             evaluate = self.evaluator or (lambda req, limit: harness_evaluate(req, timeout_s=limit))
-            for r in evaluate(request, timeout_s).results:
+            # in pieces, journaled: a final table interrupted part way resumes where it stopped
+            journal = final_dir / f"pieces-{attempt_id or 'default'}.jsonl"
+            for r in evaluate_in_pieces(evaluate, request, timeout_s, journal).results:
                 results[r.uuid] = r
         (final_dir / "dispatch.json").write_text(json.dumps(table, indent=1))
         ordered = [results[w.uuid] for w in self.workloads]

@@ -19,6 +19,7 @@ from pathlib import Path
 from evoteam.harness import scan
 from evoteam.harness.executor import evaluate
 from evoteam.harness.model import CPU_ROUNDS, EvalRequest, EvalResult, TimingMode, geomean
+from evoteam.schema import append_journal, read_journal
 from evoteam.team.budget import Ledger
 from evoteam.team.spec import RoleSpec
 from evoteam.team.workspace import KERNEL_SUFFIXES, Attempt, Workspace, evaluation_key
@@ -92,6 +93,28 @@ def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2)
 Evaluator = Callable[[EvalRequest, float], EvalResult]
 
 
+# An evaluation of more workloads than this runs in pieces, each journaled when it ends, so that an interrupted
+# run resumes inside a long evaluation instead of repeating it (the KDA champion on 24 workloads of an H200:
+# about 8 minutes, longer than one lent-GPU call).
+PIECE_WORKLOADS = 12
+
+
+def evaluate_in_pieces(evaluator: Evaluator, request: EvalRequest, timeout_s: float, journal: Path) -> EvalResult:
+    """`request` evaluated PIECE_WORKLOADS workloads at a time; each piece's result is appended to `journal`,
+    and the workloads a journaled piece already holds are not evaluated again."""
+    wanted = list(request.workloads)
+    pieces = [EvalResult.from_json(e) for e in read_journal(journal)]
+    pieces = [p for p in pieces if p.results and {r.uuid for r in p.results} <= set(wanted)]
+    done = {r.uuid for p in pieces for r in p.results}
+    remaining = [u for u in wanted if u not in done]
+    for start in range(0, len(remaining), PIECE_WORKLOADS):
+        piece = evaluator(replace(request, workloads=remaining[start:start + PIECE_WORKLOADS]), timeout_s)
+        if len(wanted) > PIECE_WORKLOADS:
+            append_journal(journal, piece.to_json())
+        pieces.append(piece)
+    return EvalResult.merged(pieces, wanted)
+
+
 def _default_evaluator(request: EvalRequest, timeout_s: float) -> EvalResult:
     return evaluate(request, timeout_s=timeout_s)
 
@@ -161,7 +184,7 @@ class Toolbox:
         kernel = self.workspace.root / "attempts" / dispatch["attempt_id"] / f"kernel{dispatch['suffix']}"
         request = s.request(str(kernel), dispatch["workloads"], check_only=dispatch["kind"] == "check")
         try:
-            result = self.evaluator(request, s.timeout_s)
+            result = evaluate_in_pieces(self.evaluator, request, s.timeout_s, kernel.parent / "pieces.jsonl")
         except BaseException:
             self.ledger.release_evaluation()
             self.workspace.release(dispatch["key"])
