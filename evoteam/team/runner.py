@@ -205,9 +205,12 @@ class TeamRun:
         for d in pending:
             if d["team"] != INHERITED_TEAM:
                 self.ledger.in_flight += 1  # reserved when they were dispatched: counted before they run
+        started = time.monotonic()
         with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="evoteam-resume") as pool:
             for attempt in pool.map(lambda d: self._toolbox(d["team"], role).run_dispatched(d), pending):
                 self.log(progress_line(attempt, self.ledger, self.progress().best_geomean))
+        if all(d["team"] == INHERITED_TEAM for d in pending):  # the inherited measurement, stopped part way
+            self.ledger.uncharged_s += time.monotonic() - started  # is not charged when it finishes either
 
     def run(self) -> str:
         """Run until a budget is spent. Returns why it stopped."""
