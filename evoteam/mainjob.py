@@ -246,7 +246,10 @@ def run(cfg: DictConfig) -> float | None:
     if inheritance is not None:
         print(f"evoteam: {inherit.describe_for_log(inheritance, copied)}", flush=True)
         if inheritance.kind == "champion":
-            team_run.inherit_champion(inheritance.source)
+            try:
+                team_run.inherit_champion(inheritance.source)
+            except KeyboardInterrupt:  # the measurement in flight is run again when the run resumes
+                _interrupted(tracker, run_dir)
     if llm:
         llm.continue_after_checkpoint()
     _search(team_run, tracker, run_dir)
@@ -256,15 +259,13 @@ def run(cfg: DictConfig) -> float | None:
 def _search(team_run, tracker, run_dir: Path) -> None:
     """The team's search until its budget or its designs run out; Ctrl-C and LLM failures keep the state."""
     from evoteam.llm import LLMError
-    from evoteam.team.runner import RUN_LOG, stop_cleanly
+    from evoteam.team.runner import RUN_LOG
 
     try:
         why = team_run.run()
     except KeyboardInterrupt:
         tracker.sync(team_run)
-        tracker.stop("KILLED")
-        stop_cleanly(run_dir)
-        sys.exit(130)
+        _interrupted(tracker, run_dir)
     except LLMError as exc:  # after its retries: keep the state, say how to go on
         team_run.checkpoint()
         tracker.sync(team_run)
@@ -276,6 +277,15 @@ def _search(team_run, tracker, run_dir: Path) -> None:
     tracker.sync(team_run)
     print(f"\nstopped: {why}; full account: {run_dir / RUN_LOG}\n\nteam history:\n{team_run.history()}\n",
           flush=True)
+
+
+def _interrupted(tracker, run_dir: Path) -> None:
+    """Ctrl-C (or the SIGINT of a time limit): the state is on disk; say how to go on and end with 130."""
+    from evoteam.team.runner import stop_cleanly
+
+    tracker.stop("KILLED")
+    stop_cleanly(run_dir)
+    sys.exit(130)
 
 
 def _write_solutions(target: Target, final_dir: Path, dispatch: dict[str, str]) -> dict[str, str]:
@@ -323,8 +333,10 @@ def _final(team_run, target: Target, tracker, run_dir: Path) -> float | None:
         print(f"dispatch: {len(kernels)} kernel(s) ({', '.join(k or 'default' for k in kernels)}); "
               f"evaluations {ledger.evaluations}; tokens {total.total_tokens} (prompt {total.prompt_tokens}, "
               f"completion {total.completion_tokens}); cost ${total.cost_usd:.4f}")
-    except BaseException as exc:
-        tracker.stop("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+    except KeyboardInterrupt:  # the pieces measured so far are journaled: the resumed run measures the rest
+        _interrupted(tracker, run_dir)
+    except BaseException:
+        tracker.stop("FAILED")
         raise
     tracker.finish(team_run, results, table, labels)
     return report.summarize(results).geomean_speedup

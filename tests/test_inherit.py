@@ -110,3 +110,34 @@ def test_the_presets_of_an_equal_budget_sweep_start_from_the_same_inheritance(tm
         assert [a for a in attempts if a["team"] != INHERITED_TEAM] and len(attempts) <= 2  # its own budget: 1
         firsts.append((attempts[0]["key"], attempts[0]["workloads"], attempts[0]["origin"]["points"]))
     assert firsts[0] == firsts[1] == firsts[2]
+
+
+def test_a_run_stopped_while_it_measures_the_champion_measures_it_on_resume_uncharged(tmp_path):
+    """Stopped as by Ctrl-C (SIGINT, what scripts/gpu_default_run.sh sends when a lent-GPU call ends) while the
+    champion is measured: the resumed run measures it then, as the team `inherited`, before the team's turns."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "run"
+    args = [sys.executable, "-m", "evoteam", "hardware=cpu", "task.workloads=[00cb2bc2]", "team=single",
+            "budget.max_evaluations=1", "seed=5", f"workspace.inherit={CHAMPION}", "tracking=none", f"run_dir={run_dir}"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    dispatched = run_dir / "workspace" / "dispatched.jsonl"
+    deadline = time.monotonic() + 120
+    while not dispatched.is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130, out[-2000:]
+    assert _attempts(run_dir) == []  # stopped before the champion's evaluation ended
+
+    resumed = run_evoteam(f"resume={run_dir}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "1 evaluation(s) were in flight" in resumed.stdout
+    attempts = _attempts(run_dir)
+    assert [a["team"] for a in attempts][:1] == [INHERITED_TEAM] and len(attempts) == 2  # and the team's one
+    assert attempts[0]["origin"]["inherited"] == "champion_h200.json" and attempts[0]["status"] == "PASSED"
