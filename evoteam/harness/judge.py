@@ -68,9 +68,11 @@ CPU_BATCH_MS = 10.0  # CPU targets: calls per timed interval so that one interva
 # CPU targets: a shared host's cache and memory make one round's ratio vary by 20% or more (a batch-1
 # workload on the CI machine: 0.74-2.03x within one evaluation, 2026-12-02), so rounds go on, up to
 # CPU_MAX_FACTOR times the rounds asked for, until the median's 95% interval spans at most CPU_CI_WIDTH of it
-# (with 5x and 12% CI took 2513 s instead of about 1900; with 3x and 15%, six evaluations of each small MLA workload
-# landed within 1.5-4.2% of each other on a quiet host, and an evaluation of the 4 took 11-16 s).
-CPU_MAX_FACTOR, CPU_CI_WIDTH, CPU_EXTRA_ROUNDS = 3, 0.15, 6
+# (on the 4 small MLA workloads, three or four evaluations each landed within 1-10% of each other, an evaluation
+# taking 11-16 s; with 15 rounds always, CI saw 1.12x to 1.37x).
+# Extra rounds stop once the rounds would pass CPU_EXTEND_S: a candidate 100x slower than its baseline (Triton's
+# interpreter: 0.2-0.6 s a call) gains nothing from a closer figure, and took 3x the time with it.
+CPU_MAX_FACTOR, CPU_CI_WIDTH, CPU_EXTRA_ROUNDS, CPU_EXTEND_S = 3, 0.12, 6, 10.0
 IDLE_FACTOR, IDLE_SLACK_MS = 3.0, 2.0  # CPU targets: host-clock time above this is waiting, not work
 LOAD_TIMEOUT_S = 600.0
 GPU_HOST_THREADS = 8
@@ -623,9 +625,10 @@ class Judge:
         try:
             for rnd in itertools.count():
                 if rnd >= limit:
-                    spent = (time.monotonic() - started) / max(rnd, 1)
-                    if (limit >= warmup + max_reps or self._settled(samples, cached)
-                            or time.monotonic() + (CPU_EXTRA_ROUNDS + 2) * spent > deadline):
+                    elapsed = time.monotonic() - started
+                    more = CPU_EXTRA_ROUNDS * elapsed / max(rnd, 1)  # what the next extra rounds would take
+                    if (limit >= warmup + max_reps or self._settled(samples, cached) or elapsed + more > CPU_EXTEND_S
+                            or time.monotonic() + 2 * more > deadline):
                         break
                     limit = min(warmup + max_reps, limit + CPU_EXTRA_ROUNDS)
                 intervals: dict[str, float] = {}
