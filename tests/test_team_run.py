@@ -91,7 +91,7 @@ def test_sigkill_mid_run_then_resume_repeats_no_finished_evaluation(tmp_path):
 
 
 def test_an_evaluation_or_final_table_interrupted_part_way_resumes_from_its_finished_pieces(tmp_path, monkeypatch):
-    """A long evaluation (the KDA champion on 24 workloads of an H200 takes longer than a lent-GPU call) runs in
+    """A long evaluation (the KDA champion on 24 workloads of an H200: most of a 10-minute lent-GPU call) runs in
     journaled pieces: after an interrupt only the workloads of unfinished pieces are evaluated again."""
     import pytest
 

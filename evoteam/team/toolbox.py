@@ -94,8 +94,8 @@ Evaluator = Callable[[EvalRequest, float], EvalResult]
 
 
 # An evaluation of more workloads than this runs in pieces, each journaled when it ends, so that an interrupted
-# run resumes inside a long evaluation instead of repeating it (the KDA champion on 24 workloads of an H200:
-# about 8 minutes, longer than one lent-GPU call).
+# run resumes inside a long evaluation instead of repeating it (the KDA champion on 24 workloads of an H200: about
+# 8 minutes at the rate of an 11-workload bench, 215 s; most of a 10-minute lent-GPU call, which has more to do).
 PIECE_WORKLOADS = 12
 
 
