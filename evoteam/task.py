@@ -4,6 +4,10 @@ Each task is a folder `kernels/<name>/` (data, not an import package) holding:
   definition.json   FlashInfer-Trace definition; its "reference" field is filled from reference.py
   workloads.jsonl   FlashInfer-Trace workload traces (one JSON object per line)
   reference.py      `run(<inputs in definition order>) -> tuple of outputs`, exact, fp32 accumulate
+  oracle.py         (optional) a fast `run` with reference.py's signature and math (fp32; only the order of
+                    the sums may differ), e.g. a Triton kernel: `Task.reference` uses it on GPU inputs
+                    (Triton not interpreted), reference.py elsewhere; reference.py stays the definition,
+                    and a test must show that the two agree
   task.py           the task's own logic, module-level functions:
                       scaled_workloads(workloads, scale) -> list[Workload]
                           the workloads to run at a problem scale ("full" or "small"); "small" is a
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import uuid as uuid_module
 from dataclasses import dataclass
@@ -79,6 +84,7 @@ class Task:
     workloads: list[Workload]
     module: ModuleType
     reference_module: ModuleType
+    oracle_module: ModuleType | None = None  # the folder's oracle.py, if any: reference.py's math, fast on a GPU
 
     # ------------------------------------------------------------ workloads and inputs
     def scaled_workloads(self, scale: str) -> list[Workload]:
@@ -118,7 +124,12 @@ class Task:
 
     # ------------------------------------------------------------ reference and tolerances
     def reference(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        result = self.reference_module.run(*[inputs[n] for n in self.definition.inputs])
+        """The exact outputs for `inputs`: from the task's oracle where every input tensor is on a CUDA (or
+        ROCm) device, else from reference.py (also under Triton's interpreter, where the oracle would crawl)."""
+        args = [inputs[n] for n in self.definition.inputs]
+        on_gpu = {x.device.type for x in args if hasattr(x, "device")} == {"cuda"}
+        use_oracle = self.oracle_module is not None and on_gpu and os.environ.get("TRITON_INTERPRET") != "1"
+        result = (self.oracle_module if use_oracle else self.reference_module).run(*args)
         if not isinstance(result, tuple):
             result = (result,)
         names = list(self.definition.outputs)
@@ -214,6 +225,7 @@ def load_task_folder(folder: str | Path) -> Task:
     folder = Path(folder)
     name = folder.name
     reference_path = folder / "reference.py"
+    oracle_path = folder / "oracle.py"
     definition_json = json.loads((folder / "definition.json").read_text())
     # One source of truth for the math: the definition carries reference.py's text.
     definition_json["reference"] = reference_path.read_text()
@@ -233,6 +245,7 @@ def load_task_folder(folder: str | Path) -> Task:
         workloads=workloads,
         module=load_module_from_path(folder / "task.py", f"evoteam_task_{tag}"),
         reference_module=load_module_from_path(reference_path, f"evoteam_reference_{tag}"),
+        oracle_module=load_module_from_path(oracle_path, f"evoteam_oracle_{tag}") if oracle_path.is_file() else None,
     )
 
 

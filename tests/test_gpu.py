@@ -1,13 +1,15 @@
 """Tests that need a GPU (skipped elsewhere): device timing modes, the profiler, and the library
 baselines held to our own checker (so a baseline that computes something else cannot pass)."""
 
+import time
+
 import pytest
 import torch
 
 from evoteam import hardware
 from evoteam.harness import baselines, timing
 from evoteam.harness.check import check_kernel
-from evoteam.task import load_task
+from evoteam.task import load_module_from_path, load_task
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
 
@@ -68,6 +70,33 @@ def test_fla_chunk_kda_passes_our_checker(hw):
     for workload in picked.values():
         result = check_kernel(task, workload, _adapter_as_kernel(adapter, task, workload), seed=2, device="cuda")
         assert result.passed, (workload.uuid, result.summary())
+
+
+@pytest.mark.parametrize("uuid", ["81ef577b", "6c261a07"])  # 4096 tokens x 8 heads; 8192 x 16 heads in 5 sequences
+def test_kda_oracle_matches_reference_and_is_faster(monkeypatch, uuid):
+    """kernels/kda_prefill/oracle.py, which Task.reference uses on GPU inputs, against reference.py at full size."""
+    task = load_task("kda_prefill")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # this copy compiled, whatever other test files chose
+    oracle = load_module_from_path(task.folder / "oracle.py", f"test_gpu_kda_oracle_{uuid}")
+    workload = next(w for w in task.workloads if w.uuid.startswith(uuid))
+    inputs = task.make_inputs(workload, torch.Generator("cuda").manual_seed(3), "cuda")
+    args = [inputs[n] for n in task.definition.inputs]
+
+    def timed(run):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = run(*args)
+        torch.cuda.synchronize()
+        return out, time.perf_counter() - start
+
+    oracle.run(*args)  # compiles
+    (o, fs), oracle_s = timed(oracle.run)
+    (o_ref, fs_ref), reference_s = timed(task.reference_module.run)
+    assert o.dtype == torch.bfloat16 and fs.dtype == torch.float32 and torch.isfinite(o).all()
+    assert ((fs - fs_ref).norm() / fs_ref.norm()).item() < 1e-5 and (fs - fs_ref).abs().max().item() < 1e-4
+    o, o_ref = o.double(), o_ref.double()
+    assert torch.allclose(o, o_ref, atol=1e-2, rtol=1e-2) and ((o - o_ref).norm() / o_ref.norm()).item() < 1e-3
+    assert oracle_s < reference_s, (oracle_s, reference_s)
 
 
 def test_fla_is_timed_by_graph_replay_with_more_input_sets_than_its_index_cache_held(hw):

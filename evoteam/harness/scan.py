@@ -29,7 +29,7 @@ ESCAPE_ATTRIBUTES = ("modules", "_getframe", "f_back", "f_globals", "f_locals", 
 ALLOWED_TOP_MODULES = ("torch", "triton", "math", "functools", "typing", "dataclasses", "itertools", "os",
                        "collections", "enum", "numpy", "operator", "__future__", "cuda", "cutlass", "tilelang")
 # Markers of the reference files in kernels/<task>/: reading them is using the reference.
-REFERENCE_MARKERS = ("reference.py", "kernels/", "workloads.jsonl")
+REFERENCE_MARKERS = ("reference.py", "oracle.py", "kernels/", "workloads.jsonl")
 
 
 @dataclass(frozen=True)
