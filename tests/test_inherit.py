@@ -14,6 +14,8 @@ from evoteam.errors import UserError  # noqa: E402
 from evoteam.schema import read_journal  # noqa: E402
 from evoteam.task import load_task  # noqa: E402
 from evoteam.team.inherit import INHERITED_TEAM, resolve  # noqa: E402
+from evoteam.team.runner import keep_inherited  # noqa: E402
+from evoteam.team.workspace import Attempt  # noqa: E402
 
 from conftest import REPO, run_evoteam  # noqa: E402
 
@@ -60,8 +62,31 @@ def test_a_run_inherits_an_earlier_runs_evaluations_and_keeps_the_better_kernels
     dispatch = json.loads((second / "final" / "dispatch.json").read_text())
     (uuid,) = dispatch
     passed = [a for a in attempts if a["status"] == "PASSED" and uuid in a["speedups"]]
-    best = max(passed, key=lambda a: a["speedups"][uuid])
-    assert list(dispatch.values()) == [best["attempt_id"]]  # the best measured kernel, inherited or not
+    kept = keep_inherited(uuid, [Attempt(**a) for a in passed])  # the fastest, unless within noise of inherited
+    assert list(dispatch.values()) == [kept.attempt_id]
+    assert all(a["noises"].keys() <= set(a["speedups"]) for a in own)  # per-workload noise journaled
+
+
+def _attempt(attempt_id, team, speedup, noise, uuid="w1"):
+    return Attempt(attempt_id=attempt_id, key=attempt_id, team=team, role="r", kind="benchmark", origin={},
+                   workloads=[uuid], status="PASSED", failure="", speedups={uuid: speedup},
+                   noises={uuid: noise} if noise is not None else {}, noise=noise)
+
+
+def test_a_team_kernel_displaces_the_inherited_one_only_when_faster_beyond_the_noise():
+    inherited = _attempt("0001", INHERITED_TEAM, 1.106, 0.02)
+    lucky = _attempt("0010", "t1", 1.273, 0.466)  # the H200 run of 2026-12-02: 1.03x in its final table
+    assert keep_inherited("w1", [inherited, lucky]).attempt_id == "0001"
+    assert keep_inherited("w1", [inherited, _attempt("0011", "t1", 1.12, 0.01)]).attempt_id == "0001"  # 1.3% < 2%
+    clear = _attempt("0012", "t1", 1.20, 0.03)  # 8.5% faster, its two timings 3% apart
+    assert keep_inherited("w1", [inherited, clear]).attempt_id == "0012"
+    assert keep_inherited("w1", [inherited, lucky, clear]).attempt_id == "0012"  # the fastest figure one can trust
+    # no per-workload noise journaled (an older run): the attempt's largest noise stands in
+    old = _attempt("0013", "t1", 1.20, None)
+    old.noise = 0.2
+    assert keep_inherited("w1", [inherited, old]).attempt_id == "0001"
+    # without an inherited kernel the fastest is taken
+    assert keep_inherited("w1", [_attempt("0002", "t0", 1.0, 0.01), lucky]).attempt_id == "0010"
 
 
 def test_a_run_starts_from_a_champion_measured_once_and_recorded(tmp_path):

@@ -119,17 +119,16 @@ def _default_evaluator(request: EvalRequest, timeout_s: float) -> EvalResult:
     return evaluate(request, timeout_s=timeout_s)
 
 
-def summarize_result(result: EvalResult) -> tuple[str, str, dict[str, float], dict[str, str], float | None,
-                                                  float | None]:
-    """(status, failure, speedups, statuses, noise, geomean) of an evaluation."""
+def summarize_result(result: EvalResult) -> dict:
+    """An evaluation as the Attempt fields it gives: status, failure, speedups, statuses, noise, noises, geomean."""
     statuses = {r.uuid: r.status for r in result.results}
     failed = [r for r in result.results if r.status != "PASSED"]
     speedups = {r.uuid: r.speedup for r in result.results if r.speedup is not None}
-    noises = [r.noise for r in result.results if r.noise is not None]
-    mean = geomean(speedups.values()) if not failed else None
-    status = failed[0].status if failed else "PASSED"
-    failure = f"{failed[0].uuid[:8]}: {failed[0].detail}" if failed else ""
-    return status, failure, speedups, statuses, (max(noises) if noises else None), mean
+    noises = {r.uuid: r.noise for r in result.results if r.noise is not None}
+    return {"status": failed[0].status if failed else "PASSED",
+            "failure": f"{failed[0].uuid[:8]}: {failed[0].detail}" if failed else "",
+            "speedups": speedups, "statuses": statuses, "noise": max(noises.values()) if noises else None,
+            "noises": noises, "geomean": geomean(speedups.values()) if not failed else None}
 
 
 def _language_error(name: str) -> str:
@@ -189,11 +188,9 @@ class Toolbox:
             self.ledger.release_evaluation()
             self.workspace.release(dispatch["key"])
             raise
-        status, failure, speedups, statuses, noise, geomean = summarize_result(result)
         attempt = Attempt(attempt_id=dispatch["attempt_id"], key=dispatch["key"], team=dispatch["team"],
                           role=dispatch["role"], kind=dispatch["kind"], origin=dispatch["origin"],
-                          workloads=dispatch["workloads"], status=status, failure=failure, speedups=speedups,
-                          statuses=statuses, noise=noise, geomean=geomean)
+                          workloads=dispatch["workloads"], **summarize_result(result))
         self.ledger.record_evaluation(dispatch["team"], result.placement)
         self.workspace.record(attempt, result.to_json())
         self.last_attempt = attempt

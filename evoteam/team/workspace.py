@@ -37,8 +37,9 @@ class Attempt:
     failure: str  # "" or the first failure's detail
     speedups: dict[str, float] = field(default_factory=dict)  # uuid -> speedup (benchmark, passed)
     statuses: dict[str, str] = field(default_factory=dict)  # uuid -> status
-    noise: float | None = None
+    noise: float | None = None  # the largest of noises'
     geomean: float | None = None
+    noises: dict[str, float] = field(default_factory=dict)  # uuid -> the candidate timed twice: relative gap
 
     def to_json(self) -> dict:
         return asdict(self)
