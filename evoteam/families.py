@@ -53,6 +53,11 @@ class Family:
         return self.verified_on is None or hardware_name in self.verified_on
 
     @property
+    def reads_dispatch(self) -> bool:
+        """Whether the file has a DISPATCH table (a point per workload shape, read by its `params_for`)."""
+        return _assignment(ast.parse(self.path.read_text()), DISPATCH_NAME, str(self.path)) is not None
+
+    @property
     def size(self) -> int:
         """Number of points of the space."""
         return math.prod(len(values) for values in self.space.values())

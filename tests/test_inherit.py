@@ -14,7 +14,7 @@ from evoteam.errors import UserError  # noqa: E402
 from evoteam.schema import read_journal  # noqa: E402
 from evoteam.task import load_task  # noqa: E402
 from evoteam.team.inherit import INHERITED_TEAM, resolve  # noqa: E402
-from evoteam.team.runner import keep_inherited  # noqa: E402
+from evoteam.team.progress import keep_inherited  # noqa: E402
 from evoteam.team.workspace import Attempt  # noqa: E402
 
 from conftest import REPO, run_evoteam  # noqa: E402

@@ -93,3 +93,49 @@ def test_a_family_far_behind_everywhere_it_ran_is_explored_last():
     OfflineAgent(RoleSpec("e", "explorer", workload_group="batch1"), space, random.Random(0), GROUPS).explore(box)
     (origin, _), = box.asked
     assert origin["family"] == "seed"
+
+
+def test_the_tuner_moves_each_workloads_own_point_in_one_table_from_the_inherited_dispatch():
+    """With a point per workload inherited and workload shapes known, one evaluation tries a neighbour of every
+    focus workload's own point (a DISPATCH table), not one point on the whole group."""
+    from evoteam.task import load_task
+
+    task = load_task("mla_decode")
+    ws = task.workloads[:5]
+    groups = {"g1": [w.uuid for w in ws[:2]], "g2": [w.uuid for w in ws[2:]]}
+    space = SearchSpace(load_families("mla_decode"))
+    default = space.default("flashdecode").as_dict
+    own = [{**default, "BLOCK_N": 16}, {**default, "BLOCK_N": 32}, {**default, "PROGRAMS_PER_SM": 2},
+           {**default, "BLOCK_N": 32, "PROGRAMS_PER_SM": 2}, {**default, "BLOCK_N": 16, "num_warps": 8}]
+    points = {w.uuid: p for w, p in zip(ws, own)}
+    champion = Attempt("1", "k0", "inherited", "inherited:inherited", "benchmark",
+                       {"inherited": "champion_h200.json", "family": "flashdecode", "params": default,
+                        "points": points}, [w.uuid for w in ws], "PASSED", "",
+                       speedups=dict(zip(groups["g1"] + groups["g2"], (1.3, 1.2, 0.9, 0.8, 1.0))), geomean=1.0,
+                       noises={w.uuid: 0.01 for w in ws})
+    # a team's kernel of another family beat the champion on ws[4] beyond noise: that workload sits out
+    other = Attempt("2", "k1", "t", "explorer", "benchmark", {"family": "splitkv",
+                    "params": space.default("splitkv").as_dict}, [ws[4].uuid], "PASSED", "",
+                    speedups={ws[4].uuid: 1.5}, noises={ws[4].uuid: 0.01}, geomean=1.5)
+    box = RecordingToolbox([champion, other])
+    agent = OfflineAgent(RoleSpec("t", "tuner"), space, random.Random(0), groups, {w.uuid: w for w in ws})
+    agent.tune(box)
+    (origin, workloads), = box.asked
+    assert workloads == [ws[2].uuid, ws[3].uuid]  # the weakest group, less the workload kept on splitkv
+    assert origin["family"] == "flashdecode" and set(origin["points"]) == set(workloads)
+    for u in workloads:  # what the table runs there (the kernel's own rule) is a neighbour of that workload's point
+        assert _point("flashdecode", origin["points"][u]) in space.neighbours(_point("flashdecode", points[u]))
+    # the next turn, that attempt measured, moves each workload to a neighbour not yet tried there
+    first = Attempt("3", "k2", "t", "tuner", "benchmark", origin, workloads, "PASSED", "",
+                    speedups={u: 0.5 for u in workloads}, geomean=0.5)
+    box = RecordingToolbox([champion, other, first])
+    agent.tune(box)
+    (again, _), = box.asked
+    for u in workloads:
+        assert again["points"][u] != origin["points"][u]
+        assert _point("flashdecode", again["points"][u]) in space.neighbours(_point("flashdecode", points[u]))
+    # without the workloads' shapes the tuner keeps to one point on the group
+    box = RecordingToolbox([champion, other])
+    OfflineAgent(RoleSpec("t", "tuner"), space, random.Random(0), groups).tune(box)
+    (single, _), = box.asked
+    assert "points" not in single

@@ -12,7 +12,7 @@ results and code stay on the shared filesystem for the next team:
 Inherited attempts belong to the team `inherited`: they are not charged to any team's budget, every preset of
 an equal-budget comparison starts from the same ones, and the final dispatch, which takes each workload's best
 verified kernel, keeps an inherited kernel wherever no team's kernel beat it by more than the noise of both
-measurements (evoteam/team/runner.py `keep_inherited`).
+measurements (evoteam/team/progress.py `keep_inherited`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ says; every candidate they produce is a real file that the harness really evalua
              families measured only at under a quarter of the best known speed come last
   tuner      the best verified kernel of the focus with one parameter moved to a neighbouring value,
              starting from the point that runs on the focus's weakest workload; explores when every
-             neighbour was tried
+             neighbour was tried. Where that kernel runs a point per workload (an inherited champion, or a
+             tuner's earlier table) and the family has a DISPATCH table, it tunes every focus workload at
+             once: each one's own point (of its kept kernel) moved to an untried neighbour, one kernel with
+             those points in its table, so one evaluation compares a neighbour with each workload's best
   The focus is the role's workload group if it has one, else the weakest group (the lowest geometric mean
   of the best speedups measured on its workloads) once anything is measured, else the probe set. An
   inherited champion (workspace.inherit) runs a point per workload (its dispatch, `origin.points`): tuning
@@ -24,10 +27,10 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from evoteam.families import Family, apply_params
+from evoteam.families import Champion, Family, apply_params
 from evoteam.harness.model import geomean
 from evoteam.team.agent import TurnContext
-from evoteam.team.progress import Progress
+from evoteam.team.progress import Progress, keep_inherited
 from evoteam.team.spec import RoleSpec
 from evoteam.team.toolbox import Toolbox, describe
 from evoteam.team.workspace import Attempt
@@ -115,11 +118,13 @@ HOPELESS = 0.25  # a family measured only below this fraction of the best speed 
 
 
 class OfflineAgent:
-    def __init__(self, role: RoleSpec, space: SearchSpace, rng: random.Random, group_workloads: dict[str, list[str]]):
+    def __init__(self, role: RoleSpec, space: SearchSpace, rng: random.Random, group_workloads: dict[str, list[str]],
+                 workloads: dict | None = None):
         self.role = role
         self.space = space
         self.rng = rng
         self.group_workloads = group_workloads
+        self.workloads = workloads or {}  # uuid -> Workload (its axes): what a dispatch table is written for
 
     # ------------------------------------------------------------------ helpers
     def _workloads(self, toolbox: Toolbox) -> list[str] | None:
@@ -223,12 +228,62 @@ class OfflineAgent:
         best = self._best(toolbox, focus)
         if best is None:
             return self.explore(toolbox)
+        if focus is not None and len(focus) > 1:
+            moved = self._tune_table(toolbox, focus)
+            if moved is not None:
+                return moved
         tried = self._tried(toolbox, focus)
         for start in self._starts(best, focus):
             untried = [p for p in self.space.neighbours(start) if p not in tried]
             if untried:
                 return self._evaluate(toolbox, self.rng.choice(untried), workloads=focus)
         return self.explore(toolbox)
+
+    def _tune_table(self, toolbox: Toolbox, focus: list[str]) -> str | None:
+        """Every focus workload's own point moved to an untried neighbour, as one kernel whose DISPATCH table
+        runs each its moved point; None where no kernel kept on the focus runs a table (a point per workload),
+        or that cannot be written (no shapes, no DISPATCH in the family, nothing left to move). The family is
+        the one the weakest workload runs; workloads kept on another family's kernel sit out. Workloads of the
+        same shape share a table entry, so they move together."""
+        measured = self._measured(toolbox)
+        current: dict[str, tuple[Point, float]] = {}
+        tables = False
+        for u in focus:
+            own = [a for a in measured if u in a.speedups]
+            if own and u in self.workloads:
+                kept = keep_inherited(u, own)  # the kernel the final dispatch would run there
+                tables |= bool((kept.origin or {}).get("points"))
+                point = point_on(kept, u)
+                if point is not None:
+                    current[u] = (point, kept.speedups[u])
+        if not current or not tables:
+            return None
+        family = current[min(current, key=lambda u: current[u][1])][0].family
+        if not self.space.families[family].reads_dispatch:
+            return None
+        shapes: dict[tuple, list[str]] = {}
+        for u in focus:
+            if u in current and current[u][0].family == family:
+                shapes.setdefault(tuple(sorted(self.workloads[u].axes.items())), []).append(u)
+        table, moved = [], {}
+        for same in shapes.values():
+            tried = self._tried(toolbox, same)
+            untried = [p for p in self.space.neighbours(current[same[0]][0]) if p not in tried]
+            if untried:
+                point = self.rng.choice(untried)
+                table.append([dict(self.workloads[same[0]].axes), point.as_dict])
+                moved.update({u: point for u in same})
+        if not moved:
+            return None
+        champion = Champion(task="offline", family=self.space.families[family], hardware="", params={},
+                            dispatch=table)
+        # what the kernel's own rule runs on each workload, recorded as the attempt's points
+        points = champion.points_by_workload([self.workloads[u] for u in moved])
+        origin = {"family": family, "params": self.space.default(family).as_dict, "points": points,
+                  "dispatch_entries": len(table), "by": self.role.kind}
+        attempt = toolbox.evaluate(champion.source(), origin, "benchmark", list(moved))
+        return (f"{self.role.name} ({self.role.kind}) tried {family} with a table: {len(moved)} workloads, each its "
+                f"own point moved one step: {describe(attempt)}")
 
     def debug(self, toolbox: Toolbox) -> str:
         failed = [a for a in toolbox.workspace.attempts if a.status != "PASSED" and point_of(a) is not None]

@@ -32,11 +32,11 @@ from evoteam.team.budget import BudgetExceeded, Ledger
 from evoteam.team.inherit import INHERITED_TEAM
 from evoteam.team.journal import TeamOutcome, TeamRecord
 from evoteam.team.offline import OfflineAgent, SearchSpace
-from evoteam.team.progress import DEFAULT_NOISE, Progress, progress_of
+from evoteam.team.progress import Progress, keep_inherited, progress_of
 from evoteam.team.spec import TeamSpec
 from evoteam.team.supervisor import Supervisor, stalled, verdict
 from evoteam.team.toolbox import HarnessSettings, Toolbox, evaluate_in_pieces
-from evoteam.team.workspace import Attempt, Workspace
+from evoteam.team.workspace import Workspace
 
 
 @dataclass
@@ -135,7 +135,8 @@ class TeamRun:
             return self.cli_agent_factory(role)
         if role.model == "offline" or self.llm_agent_factory is None:
             rng = random.Random(f"{self.seed}/{turn_position}")
-            return OfflineAgent(role, self.space, rng, self.group_workloads)
+            return OfflineAgent(role, self.space, rng, self.group_workloads,
+                                {w.uuid: w for w in self.workloads})
         return self.llm_agent_factory(role)
 
     def _toolbox(self, team_id: str, role) -> Toolbox:
@@ -375,25 +376,6 @@ class TeamRun:
                 lines.append(f"    outcome: {end.evaluations} evaluations, best {before} -> {after}, "
                              f"{end.tokens.total_tokens} tokens; {end.verdict}")
         return "\n".join(lines)
-
-
-def keep_inherited(uuid: str, measured: list[Attempt]) -> Attempt:
-    """The kernel for `uuid` among the attempts that measured it: the fastest, except that an inherited kernel
-    stays unless a team's kernel beats it by more than the noise of both measurements (the larger relative gap
-    between a candidate's two timings, at least DEFAULT_NOISE); the fastest of those that do is taken. The
-    fastest of many noisy figures is the luckiest: on the H200 (2026-12-02) a kernel picked at 1.27x there, its
-    two timings 47% apart, measured 1.03x in the final table where the inherited kernel had measured 1.11x."""
-    inherited = [a for a in measured if a.team == INHERITED_TEAM]
-    if not inherited:
-        return max(measured, key=lambda a: a.speedups[uuid])
-    kept = max(inherited, key=lambda a: a.speedups[uuid])
-
-    def noise(a: Attempt) -> float:
-        return a.noises.get(uuid, a.noise if a.noise is not None else DEFAULT_NOISE)
-
-    beyond = [a for a in measured if a.team != INHERITED_TEAM
-              and a.speedups[uuid] > kept.speedups[uuid] * (1 + max(DEFAULT_NOISE, noise(a), noise(kept)))]
-    return max(beyond, key=lambda a: a.speedups[uuid], default=kept)
 
 
 def progress_line(attempt, ledger: Ledger, best: float | None) -> str:
