@@ -1,26 +1,53 @@
 #!/usr/bin/env bash
-# Issue 4 on one NVIDIA GPU: a short offline run (llm=offline) per task with the three team presets at
-# the same evaluation budget. Usage from the repository root:
-#   [EXTRA="hydra overrides"] bash scripts/gpu_team_runs.sh OUT_DIR [EVALUATIONS] [TASK ...]
-# Each run's full output (team history included) goes to OUT_DIR/<task>-<team>.log.
-# Wheels the lent machine lacks go in .whl: scripts/fetch_wheels.sh, and for Hydra
-#   .venv/bin/pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3 hydra-core==1.3.8 omegaconf==2.3.0
+# The three team presets at the same evaluation budget (llm=offline; each from the same inheritance, by default
+# the target's champion) per task, on one NVIDIA GPU, across calls shorter than the runs. Usage from the
+# repository root:
+#   [STOP_AFTER=SECONDS] [RUN_IN=.device-cache/team-runs.tgz] [EXTRA="hydra overrides"] \
+#     bash scripts/gpu_team_runs.sh OUT_DIR [EVALUATIONS] [TASK ...]
+# Each run's console output goes to OUT_DIR/<task>-<team>.log (appended over the calls). With STOP_AFTER, the run
+# in progress is stopped as by Ctrl-C when that many seconds have passed (it keeps its state) and no new one
+# starts; every run folder and the baseline cache are packed into OUT_DIR/team-runs.tgz, and a later call given
+# that archive (RUN_IN) resumes the unfinished runs and skips the finished ones (those with a final table).
+# Wheels the lent machine lacks go in .whl: scripts/fetch_wheels.sh.
 set -uo pipefail
 out=${1:?give an output folder}; evals=${2:-8}; shift $(( $# > 1 ? 2 : 1 ))
 tasks=${*:-mla_decode kda_prefill}
-# More Hydra overrides for every run, e.g. EXTRA="task.workloads=[15208288,d8c3b3c2]"
-read -r -a extra <<< "${EXTRA:-}"
-mkdir -p "$out"
+read -r -a extra <<< "${EXTRA:-}"  # e.g. EXTRA="task.workloads=[15208288,d8c3b3c2]"
+root=/tmp/evoteam-teams  # the same absolute path in every call: a resumed run finds itself where it was
+mkdir -p "$out" "$root/cache"
+out=$(cd "$out" && pwd)
 . "$(dirname "$0")/device_env.sh"
 use_wheels || exit 1
 use_bwrap || exit 1  # the candidates' sandbox (bubblewrap), from .devtools/ where the host lacks it
-export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$out/cache
+export PYTHONUNBUFFERED=1 EVOTEAM_CACHE_DIR=$root/cache
 use_autotune_cache "$out" /tmp/team-triton-cache  # fla's autotuning (the KDA runs' baseline): AUTOTUNE_IN in, out/autotune.tgz
+if [ -n "${RUN_IN:-}" ]; then
+  tar xzf "$RUN_IN" -C "$root" || { echo "cannot unpack $RUN_IN" >&2; exit 1; }
+fi
+start=$SECONDS
 for task in $tasks; do
   for team in single fixed4 evolving; do
-    echo "=== $task, team=$team, $evals evaluations"
-    python3 -m evoteam hardware=auto task=$task team=$team llm=offline tracking=none budget=equal \
-      budget.max_evaluations=$evals seed=1 run_dir="$out/$task-$team" "${extra[@]}" 2>&1 \
-      | tee "$out/$task-$team.log" | grep -v "^  \[" | tail -60
+    run=$root/$task-$team
+    if [ -f "$run/final/results.json" ]; then
+      echo "=== $task, team=$team: finished in an earlier call"
+      continue
+    fi
+    limit=()
+    if [ -n "${STOP_AFTER:-}" ]; then
+      left=$(( STOP_AFTER - (SECONDS - start) ))
+      [ "$left" -ge 30 ] || { echo "=== $task, team=$team: not started ($STOP_AFTER s spent)"; continue; }
+      limit=(timeout -s INT -k 60 "$left")
+    fi
+    if [ -f "$run/state.json" ]; then
+      echo "=== $task, team=$team: resuming"
+      args=(resume="$run")
+    else
+      echo "=== $task, team=$team, $evals evaluations"
+      args=(hardware=auto task="$task" team="$team" llm=offline tracking=none budget=equal
+            budget.max_evaluations="$evals" seed=1 run_dir="$run" "${extra[@]}")
+    fi
+    "${limit[@]}" python3 -m evoteam "${args[@]}" 2>&1 | tee -a "$out/$task-$team.log" | grep -v "^  \[" | tail -60
   done
 done
+(cd "$root" && tar czf "$out/team-runs.tgz" cache $(ls -d ./*-single ./*-fixed4 ./*-evolving 2>/dev/null))
+echo "=== runs packed in team-runs.tgz; a later call resumes the unfinished ones with RUN_IN=<that archive>"
