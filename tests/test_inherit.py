@@ -148,8 +148,10 @@ def test_a_run_stopped_while_it_measures_the_champion_measures_it_on_resume_unch
     run_dir = tmp_path / "run"
     args = [sys.executable, "-m", "evoteam", "hardware=cpu", "task.workloads=[00cb2bc2]", "team=single",
             "budget.max_evaluations=1", "seed=5", f"workspace.inherit={CHAMPION}", "tracking=none", f"run_dir={run_dir}"]
+    # SIGINT at its default in the child: a shell without job control starts its background commands with SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler (pytest run with `&` lost the signal)
     proc = subprocess.Popen(args, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     dispatched = run_dir / "workspace" / "dispatched.jsonl"
     deadline = time.monotonic() + 120
     while not dispatched.is_file():
