@@ -249,7 +249,7 @@ def load_champion(path: Path) -> Champion:
     if family is None:
         raise ValueError(f"{path}: family {data['family']!r} is not in {folder / FAMILIES_FILE} "
                          f"({', '.join(families)})")
-    if _assignment(ast.parse(family.path.read_text()), DISPATCH_NAME, str(family.path)) is None:
+    if not family.reads_dispatch:
         raise ValueError(f"{path}: family {family.name}'s file has no {DISPATCH_NAME} for the table")
     params = {**family.default, **data["params"]}
     if not family.contains(params):

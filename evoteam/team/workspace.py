@@ -37,7 +37,7 @@ class Attempt:
     failure: str  # "" or the first failure's detail
     speedups: dict[str, float] = field(default_factory=dict)  # uuid -> speedup (benchmark, passed)
     statuses: dict[str, str] = field(default_factory=dict)  # uuid -> status
-    noise: float | None = None  # the largest of noises'
+    noise: float | None = None  # the largest of `noises` (journals before them have this alone)
     geomean: float | None = None
     noises: dict[str, float] = field(default_factory=dict)  # uuid -> the candidate timed twice: relative gap
 
