@@ -1,8 +1,6 @@
 """Tests that need a GPU (skipped elsewhere): device timing modes, the profiler, and the library
 baselines held to our own checker (so a baseline that computes something else cannot pass)."""
 
-import time
-
 import pytest
 import torch
 
@@ -74,24 +72,17 @@ def test_fla_chunk_kda_passes_our_checker(hw):
 
 @pytest.mark.parametrize("uuid", ["81ef577b", "6c261a07"])  # 4096 tokens x 8 heads; 8192 x 16 heads in 5 sequences
 def test_kda_oracle_matches_reference_and_is_faster(monkeypatch, uuid):
-    """kernels/kda_prefill/oracle.py, which Task.reference uses on GPU inputs, against reference.py at full size."""
+    """kernels/kda_prefill/oracle.py, which Task.reference uses on GPU inputs, against reference.py at full size
+    (the side-by-side timing of scripts/kda_oracle_speed.py)."""
+    from conftest import REPO
+
     task = load_task("kda_prefill")
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # this copy compiled, whatever other test files chose
     oracle = load_module_from_path(task.folder / "oracle.py", f"test_gpu_kda_oracle_{uuid}")
     workload = next(w for w in task.workloads if w.uuid.startswith(uuid))
-    inputs = task.make_inputs(workload, torch.Generator("cuda").manual_seed(3), "cuda")
-    args = [inputs[n] for n in task.definition.inputs]
-
-    def timed(run):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        out = run(*args)
-        torch.cuda.synchronize()
-        return out, time.perf_counter() - start
-
-    oracle.run(*args)  # compiles
-    (o, fs), oracle_s = timed(oracle.run)
-    (o_ref, fs_ref), reference_s = timed(task.reference_module.run)
+    speed = load_module_from_path(REPO / "scripts" / "kda_oracle_speed.py", "test_gpu_kda_oracle_speed")
+    r = speed.compare(task, workload, oracle)
+    (o, fs), (o_ref, fs_ref), oracle_s, reference_s = r["oracle"], r["reference"], r["oracle_s"], r["reference_s"]
     assert o.dtype == torch.bfloat16 and fs.dtype == torch.float32 and torch.isfinite(o).all()
     assert ((fs - fs_ref).norm() / fs_ref.norm()).item() < 1e-5 and (fs - fs_ref).abs().max().item() < 1e-4
     o, o_ref = o.double(), o_ref.double()
