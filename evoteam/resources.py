@@ -7,6 +7,7 @@ import packages). An editable install reads them there; a wheel carries copies u
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 
@@ -36,3 +37,9 @@ def hardware_dir() -> Path:
 
 def conf_dir() -> Path:
     return data_root() / "conf"
+
+
+def cache_root() -> Path:
+    """The folder of evoteam's caches kept between runs (baseline timings, shared measurements, container
+    caches): $EVOTEAM_CACHE_DIR, else ~/.cache/evoteam."""
+    return Path(os.environ.get("EVOTEAM_CACHE_DIR") or Path.home() / ".cache" / "evoteam")

@@ -12,12 +12,12 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from evoteam.resources import cache_root
 from evoteam.schema import append_journal, read_journal
 
 
 def default_path() -> Path:
-    root = os.environ.get("EVOTEAM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "evoteam")
-    return Path(root) / "baseline_timings.jsonl"
+    return cache_root() / "baseline_timings.jsonl"
 
 
 def hardware_fingerprint(device: str) -> str:

@@ -39,6 +39,7 @@ from evoteam.hardware import HardwareSpec
 from evoteam.harness.executor import LOG_TAIL_CHARS, evaluate, visible_devices
 from evoteam.harness.model import EvalRequest, EvalResult
 from evoteam.harness.sandbox import CONTAINER_LIMITS_ENV
+from evoteam.resources import cache_root
 
 CANDIDATE_DIR = "/candidate"
 SCRATCH_DIR = "/scratch"
@@ -226,8 +227,7 @@ class ContainerExecutor:
         self.client = client or connect(docker_host)
         check_image(self.client, self.image, hw, engine_address(docker_host))
         self.podman = _is_podman(self.client)
-        root = os.environ.get("EVOTEAM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "evoteam")
-        self.cache_dir = Path(cache_dir or Path(root) / "container")
+        self.cache_dir = Path(cache_dir or cache_root() / "container")
         _shared_dir(self.cache_dir)
 
     @classmethod
