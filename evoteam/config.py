@@ -154,6 +154,9 @@ class WorkspaceConfig:
     # what a new run's shared workspace starts from: auto (the target's verified champion, else none),
     # champion, none, a champion .json, or an earlier run's directory (evoteam.team.inherit)
     inherit: str = "auto"
+    # hours an inherited champion's measurement is shared with later runs of the same settings (the presets of a
+    # comparison measure it once; evoteam.team.shared_measurements); 0: every run measures it itself
+    share_hours: float = 12.0
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The main job, `python -m evoteam`: a supervisor runs a team of agents (LLM or the offline
 policy) that search for faster kernels of the task on the hardware target, within a budget;
-the best verified kernels are re-measured against the baseline at the end.
+the best verified kernels are re-measured against the baseline at the end (where a team measured one).
 
 Everything lands in the run directory: `config.yaml`, `state.json` (checkpoint), `workspace/`
 (attempts, team specs, strategy ledger, notes), `llm_journal.jsonl`, `final/` (dispatch table,
@@ -191,6 +191,7 @@ def run(cfg: DictConfig) -> float | None:
     from evoteam.team.cli_agent import CLIAgent
     from evoteam.team.llm_team import LLMTeam
     from evoteam.team.runner import TeamRun
+    from evoteam.team.shared_measurements import SharedMeasurements
     from evoteam.team.supervisor import Supervisor
     from evoteam.team.toolbox import HarnessSettings
 
@@ -237,7 +238,8 @@ def run(cfg: DictConfig) -> float | None:
                                                          llm.redesign if llm else None),
                        seed=cfg.seed, llm_agent_factory=llm.agent if llm else None, cli_agent_factory=cli_agents,
                        on_turn=tracker.sync,
-                       evaluator=target.evaluator, bandwidth_ceiling_tbs=target.hw.bandwidth_ceiling_tbs)
+                       evaluator=target.evaluator, bandwidth_ceiling_tbs=target.hw.bandwidth_ceiling_tbs,
+                       shared=SharedMeasurements(max_age_hours=cfg.workspace.share_hours))
     agents = sorted({r.agent for r in preset.roles} - {"llm"})
     print(f"evoteam: task {target.task.name} ({len(target.workloads)} workloads, scale {cfg.task.scale}) on "
           f"{target.hw.name}; team {cfg.team.preset.value}; llm {model}{'; agents ' + ', '.join(agents) if agents else ''}; budget {cfg.budget.mode.value}: "
@@ -308,14 +310,15 @@ def _write_solutions(target: Target, final_dir: Path, dispatch: dict[str, str]) 
 
 
 def _final(team_run, target: Target, tracker, run_dir: Path) -> float | None:
-    """The best verified kernel per workload re-measured against the baseline side by side: the table,
+    """The best verified kernel per workload measured against the baseline side by side: the table,
     the FlashInfer-Trace lines, the tracked final figures."""
     from evoteam.task import shape_label
     from evoteam.trace_writer import to_trace
 
     ledger = team_run.ledger
     try:
-        print("final: the best verified kernel per workload, re-measured against the baseline side by side", flush=True)
+        print("final: the best verified kernel per workload, measured against the baseline side by side (again, "
+              "wherever a team measured a kernel)", flush=True)
         results = team_run.final_measurement(timeout_s=target.cfg.executor.timeout_s)
         labels = {w.uuid: shape_label(w) for w in target.workloads}
         by_uuid = {w.uuid: w for w in target.workloads}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The three team presets at the same evaluation budget (llm=offline; each from the same inheritance, by default
-# the target's champion) per task, on one NVIDIA GPU, across calls shorter than the runs. Usage from the
+# the target's champion, measured once by the first and shared with the others through the cache carried between
+# calls: workspace.share_hours) per task, on one NVIDIA GPU, across calls shorter than the runs. Usage from the
 # repository root:
 #   [STOP_AFTER=SECONDS] [RUN_IN=.device-cache/team-runs.tgz] [EXTRA="hydra overrides"] \
 #     bash scripts/gpu_team_runs.sh OUT_DIR [EVALUATIONS] [TASK ...]

@@ -90,26 +90,49 @@ def test_a_team_kernel_displaces_the_inherited_one_only_when_faster_beyond_the_n
 
 
 def test_a_run_starts_from_a_champion_measured_once_and_recorded(tmp_path):
+    """The champion is measured once, at the final table's grade; the final table takes that measurement as it is
+    where no team measured a kernel (recorded in final/reused.json and MLflow) and measures the rest again;
+    remeasure=true measures every workload again."""
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/m.db"
     run_dir = tmp_path / "run"
-    proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2]", "team=single", "budget.max_evaluations=1",
-                       "seed=5", f"workspace.inherit={CHAMPION}", f"tracking.tracking_uri={uri}",
-                       f"run_dir={run_dir}", cwd=tmp_path)
+    proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2,a128f96f]", "team=single",
+                       "budget.max_evaluations=1", "seed=5", f"workspace.inherit={CHAMPION}",
+                       f"tracking.tracking_uri={uri}", f"run_dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     attempts = _attempts(run_dir)
     first = attempts[0]
     assert first["team"] == INHERITED_TEAM and first["origin"]["inherited"] == "champion_h200.json"
     assert first["origin"]["family"] == "flashdecode" and first["status"] == "PASSED"
-    # the point the champion's dispatch runs on the workload: where the offline tuner starts from
-    (uuid,) = first["workloads"]
-    assert set(first["origin"]["points"]) == {uuid} and first["origin"]["points"][uuid]["BLOCK_N"] in (16, 32, 64)
+    assert first["grade"] == "final" and all(a["grade"] == "search" for a in attempts[1:])
+    # the point the champion's dispatch runs on each workload: where the offline tuner starts from
+    assert set(first["origin"]["points"]) == set(first["workloads"]) and len(first["workloads"]) == 2
+    assert all(p["BLOCK_N"] in (16, 32, 64) for p in first["origin"]["points"].values())
     assert len(attempts) == 2  # the champion, then the team's one evaluation
+    # the team measured a kernel on one workload only (seed 5): the other keeps the champion's first figure
+    (untouched,) = set(first["workloads"]) - set(attempts[1]["workloads"])
+    reused = json.loads((run_dir / "final" / "reused.json").read_text())
+    assert reused == {untouched: first["attempt_id"]}
+    inherited = {r["uuid"]: r for r in
+                 json.loads((run_dir / "workspace" / "attempts" / first["attempt_id"] / "result.json").read_text())[
+                     "results"]}
+    final = {r["uuid"]: r for r in json.loads((run_dir / "final" / "results.json").read_text())}
+    assert final[untouched] == inherited[untouched]
+    (contested,) = attempts[1]["workloads"]
+    assert final[contested]["candidate_ms"] != inherited[contested]["candidate_ms"]  # measured again
+    assert "1 workload(s) keep the inherited measurement" in proc.stdout
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("evoteam").experiment_id],
                                 "tags.`evoteam.kind` = 'run'")
     assert run.data.tags["evoteam.inherit"] == f"champion:{CHAMPION}"
+    assert run.data.metrics["final_reused_workloads"] == 1
+
+    again = run_evoteam(f"resume={run_dir}", "remeasure=true", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert json.loads((run_dir / "final" / "reused.json").read_text()) == {}
+    final = {r["uuid"]: r for r in json.loads((run_dir / "final" / "results.json").read_text())}
+    assert final[untouched]["candidate_ms"] != inherited[untouched]["candidate_ms"]
 
 
 def test_the_presets_of_an_equal_budget_sweep_start_from_the_same_inheritance(tmp_path):
@@ -127,14 +150,21 @@ def test_the_presets_of_an_equal_budget_sweep_start_from_the_same_inheritance(tm
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("evoteam").experiment_id], "tags.`evoteam.kind` = 'run'")
     assert sorted(r.data.tags["evoteam.team_preset"] for r in runs) == ["evolving", "fixed4", "single"]
-    firsts = []
+    firsts, measured = [], []
     for run in runs:
         assert run.data.tags["evoteam.inherit"] == f"champion:{CHAMPION}"
-        attempts = _attempts(Path(run.data.tags["evoteam.run_dir"]))
+        run_dir = Path(run.data.tags["evoteam.run_dir"])
+        attempts = _attempts(run_dir)
         assert attempts[0]["team"] == INHERITED_TEAM
         assert [a for a in attempts if a["team"] != INHERITED_TEAM] and len(attempts) <= 2  # its own budget: 1
         firsts.append((attempts[0]["key"], attempts[0]["workloads"], attempts[0]["origin"]["points"]))
+        result = json.loads((run_dir / "workspace" / "attempts" / attempts[0]["attempt_id"] / "result.json").read_text())
+        measured.append((result["results"], "[shared measurement" in result["log_tail"]))
     assert firsts[0] == firsts[1] == firsts[2]
+    # the champion was measured once, by the first preset to run; the others start from the very same figures
+    assert sorted(shared for _, shared in measured) == [False, True, True]
+    assert measured[0][0] == measured[1][0] == measured[2][0]
+    assert "shared measurement: 1 workload(s)" in proc.stdout
 
 
 def test_a_run_stopped_while_it_measures_the_champion_measures_it_on_resume_uncharged(tmp_path):

@@ -36,7 +36,6 @@ from evoteam.families import load_families  # noqa: E402
 from evoteam.harness.model import EvalResult, WorkloadResult, geomean  # noqa: E402
 from evoteam.task import load_task  # noqa: E402
 from evoteam.team import presets  # noqa: E402
-from evoteam.team import runner as runner_module  # noqa: E402
 from evoteam.team.budget import Ledger  # noqa: E402
 from evoteam.team.offline import SearchSpace  # noqa: E402
 from evoteam.team.runner import TeamRun  # noqa: E402
@@ -100,7 +99,7 @@ TAGS = {"hardware": "cpu", "task": "mla_decode", "budget_mode": "equal", "team_p
         "timing_mode": "wallclock", "sweep_id": "none"}
 
 
-def test_team_evolution_metrics_artifacts_and_resume(tmp_path, monkeypatch):
+def test_team_evolution_metrics_artifacts_and_resume(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -133,7 +132,6 @@ def test_team_evolution_metrics_artifacts_and_resume(tmp_path, monkeypatch):
     team_run = _team_run(run_dir, evaluator, tracker.sync)
     assert team_run.run() == "evaluation budget spent: 12 of 12"
     tracker.sync(team_run)
-    monkeypatch.setattr(runner_module, "harness_evaluate", lambda request, timeout_s: evaluator(request, timeout_s))
     results = team_run.final_measurement(timeout_s=60)
     tracker.finish(team_run, results, "stand-in table", {results[0].uuid: "batch_size=1"})
 

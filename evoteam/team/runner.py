@@ -2,7 +2,8 @@
 through the isolated harness), the supervisor reviews after every round and redesigns an
 evolving team when it stalls, until the token, evaluation or time budget is spent. Then the best
 verified kernels (one per workload, a dispatch table) are re-measured against the baseline on all
-workloads, side by side.
+workloads, side by side; a workload where no team measured a kernel keeps the inherited kernel and the
+inherited measurement (taken at the final table's grade; nothing was chosen there).
 
 State is checkpointed at the start of every turn (`state.json`) and every finished evaluation is
 in the workspace journal, so `resume=<run dir>` continues without losing or repeating finished
@@ -22,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evoteam.harness.executor import evaluate as harness_evaluate
 from evoteam.harness.model import WorkloadResult
 from evoteam.llm import Usage
 from evoteam.task import shape_label
@@ -33,9 +33,10 @@ from evoteam.team.inherit import INHERITED_TEAM
 from evoteam.team.journal import TeamOutcome, TeamRecord
 from evoteam.team.offline import OfflineAgent, SearchSpace
 from evoteam.team.progress import Progress, keep_inherited, progress_of
+from evoteam.team.shared_measurements import SharedMeasurements
 from evoteam.team.spec import TeamSpec
 from evoteam.team.supervisor import Supervisor, stalled, verdict
-from evoteam.team.toolbox import HarnessSettings, Toolbox, evaluate_in_pieces
+from evoteam.team.toolbox import HarnessSettings, Toolbox, default_evaluator, evaluate_in_pieces
 from evoteam.team.workspace import Workspace
 
 
@@ -69,7 +70,7 @@ class TeamRun:
                  preset: TeamSpec, space: SearchSpace, supervisor: Supervisor, seed: int,
                  llm_agent_factory: Callable | None = None, cli_agent_factory: Callable | None = None, log: Callable[[str], None] = print,
                  evaluator: Callable | None = None, on_turn: Callable[[TeamRun], None] | None = None,
-                 bandwidth_ceiling_tbs: float | None = None):
+                 bandwidth_ceiling_tbs: float | None = None, shared: SharedMeasurements | None = None):
         self.run_dir = Path(run_dir)
         self.task = task
         self.workloads = workloads
@@ -88,6 +89,7 @@ class TeamRun:
         self.cli_agent_factory = cli_agent_factory  # roles played by a coding-agent CLI
         self.log = log
         self.evaluator = evaluator  # None: the isolated harness on this machine (executor=docker, tests: others)
+        self.shared = shared  # where the inherited kernel's measurement is shared with other runs (None: not)
         self.on_turn = on_turn  # called after every turn (tracking: metrics, team runs)
         self.workspace = Workspace(self.run_dir / "workspace")
         self.state_path = self.run_dir / "state.json"
@@ -141,8 +143,11 @@ class TeamRun:
 
     def _toolbox(self, team_id: str, role) -> Toolbox:
         extra = {"evaluator": self.evaluator} if self.evaluator is not None else {}
-        # what is inherited is measured outside every team's budget
+        # what is inherited is measured outside every team's budget, once for the runs of the same settings
         ledger = Ledger(0, 10**9, float("inf")) if team_id == INHERITED_TEAM else self.ledger
+        if team_id == INHERITED_TEAM and self.shared is not None:
+            extra["evaluator"] = self.shared.reusing(extra.get("evaluator", default_evaluator), str(self.run_dir),
+                                                     self.log)
         return Toolbox(self.workspace, self.settings, ledger, team_id, role, labels=self.labels,
                        ceiling_tbs=self.bandwidth_ceiling_tbs, **extra)
 
@@ -155,8 +160,9 @@ class TeamRun:
         champion = load_champion(Path(path))
         toolbox = self._toolbox(INHERITED_TEAM, RoleSpec("inherited", "generalist", model="offline"))
         started = time.monotonic()
+        # measured as the final table measures: where no team's kernel competes with it, the final table takes it
         attempt = toolbox.evaluate(champion.source(), champion_origin(champion, path, self.workloads), "benchmark",
-                                   [w.uuid for w in self.workloads])
+                                   [w.uuid for w in self.workloads], grade="final")
         self.ledger.uncharged_s += time.monotonic() - started  # nor is its time: every preset inherits the same
         self.log(progress_line(attempt, self.ledger, attempt.geomean))
 
@@ -329,28 +335,55 @@ class TeamRun:
                 table[w.uuid] = ""
         return table
 
+    def uncontested(self, table: dict[str, str]) -> dict[str, WorkloadResult]:
+        """The final table's figures that need no new measurement: workloads whose kernel is an inherited one
+        measured at final grade, where no team's kernel was measured at all (nothing was chosen there, so its
+        first figure carries no winner's bias), with that measurement's result (uuid -> result)."""
+        by_id = {a.attempt_id: a for a in self.workspace.attempts}
+        measured_by_team = {u for a in self.workspace.attempts if a.team != INHERITED_TEAM for u in a.speedups}
+        out: dict[str, WorkloadResult] = {}
+        results: dict[str, dict] = {}
+        for uuid, attempt_id in table.items():
+            a = by_id.get(attempt_id)
+            if a is None or a.team != INHERITED_TEAM or a.grade != "final" or uuid in measured_by_team:
+                continue
+            if attempt_id not in results:
+                full = self.workspace.result_json(attempt_id) or {}
+                results[attempt_id] = {r["uuid"]: r for r in full.get("results", [])}
+            r = results[attempt_id].get(uuid)
+            if r is not None and r.get("status") == "PASSED":
+                out[uuid] = WorkloadResult.from_json(r)
+        return out
+
     def final_measurement(self, timeout_s: float) -> list[WorkloadResult]:
         table = self.dispatch()
         final_dir = self.run_dir / "final"
-        if (final_dir / "results.json").is_file():  # measured to the end before: measured afresh (remeasure)
+        # measured to the end before: measured afresh, every workload (remeasure)
+        remeasure = (final_dir / "results.json").is_file()
+        if remeasure:
             for journal in final_dir.glob("pieces-*.jsonl"):
                 journal.unlink()
             (final_dir / "results.json").unlink()
         (final_dir / "kernels").mkdir(parents=True, exist_ok=True)
+        results: dict[str, WorkloadResult] = {} if remeasure else self.uncontested(table)
+        (final_dir / "reused.json").write_text(json.dumps({u: table[u] for u in results}, indent=1))
+        if results:
+            self.log(f"final: {len(results)} workload(s) keep the inherited measurement (no team measured a kernel "
+                     f"there), {len(table) - len(results)} measured again")
         default_source = self.space.source(self.space.default(next(iter(self.space.families))))
+        paths: dict[str, Path] = {}  # every final kernel's file, whether its workloads are measured again or not
+        for attempt_id in sorted(set(table.values())):
+            kernel = self.workspace.kernel_path(attempt_id) if attempt_id else None
+            path = final_dir / "kernels" / f"{attempt_id or 'default'}{kernel.suffix if kernel else '.py'}"
+            path.write_text(kernel.read_text() if kernel else default_source)
+            paths[attempt_id] = path
         by_kernel: dict[str, list[str]] = {}
         for uuid, attempt_id in table.items():
-            by_kernel.setdefault(attempt_id, []).append(uuid)
-        results: dict[str, WorkloadResult] = {}
+            if uuid not in results:
+                by_kernel.setdefault(attempt_id, []).append(uuid)
         for attempt_id, uuids in by_kernel.items():
-            kernel = self.workspace.kernel_path(attempt_id) if attempt_id else None
-            source = kernel.read_text() if kernel else default_source
-            path = final_dir / "kernels" / f"{attempt_id or 'default'}{kernel.suffix if kernel else '.py'}"
-            path.write_text(source)
-            s = self.settings
-            request = s.request(str(path), uuids, reps=max(s.template.reps, 3), use_baseline_cache=False,
-                                second_figure=True)
-            evaluate = self.evaluator or (lambda req, limit: harness_evaluate(req, timeout_s=limit))
+            request = self.settings.final_request(str(paths[attempt_id]), uuids)
+            evaluate = self.evaluator or default_evaluator
             # in pieces, journaled: a final table interrupted part way resumes where it stopped
             journal = final_dir / f"pieces-{attempt_id or 'default'}.jsonl"
             for r in evaluate_in_pieces(evaluate, request, timeout_s, journal).results:

@@ -22,7 +22,7 @@ from evoteam.harness.model import CPU_ROUNDS, EvalRequest, EvalResult, TimingMod
 from evoteam.schema import append_journal, read_journal
 from evoteam.team.budget import Ledger
 from evoteam.team.spec import RoleSpec
-from evoteam.team.workspace import KERNEL_SUFFIXES, Attempt, Workspace, evaluation_key
+from evoteam.team.workspace import GRADES, KERNEL_SUFFIXES, Attempt, Workspace, evaluation_key
 
 
 @dataclass
@@ -45,6 +45,12 @@ class HarnessSettings:
     def request(self, solution: str, workloads: list[str], **overrides) -> EvalRequest:
         """An evaluation request of these settings for one candidate file."""
         return replace(self.template, solution=solution, workloads=list(workloads), **overrides)
+
+    def final_request(self, solution: str, workloads: list[str]) -> EvalRequest:
+        """A request of final-table grade: the baseline timed side by side (never from the cache), at least 3 timed
+        rounds, the second timing mode's figure too. The final table and the inherited measurement use it."""
+        return self.request(solution, workloads, reps=max(self.template.reps, 3), use_baseline_cache=False,
+                            second_figure=True)
 
     @classmethod
     def for_run(cls, task: str, hardware: str, scale: str, **fields) -> HarnessSettings:
@@ -115,7 +121,7 @@ def evaluate_in_pieces(evaluator: Evaluator, request: EvalRequest, timeout_s: fl
     return EvalResult.merged(pieces, wanted)
 
 
-def _default_evaluator(request: EvalRequest, timeout_s: float) -> EvalResult:
+def default_evaluator(request: EvalRequest, timeout_s: float) -> EvalResult:
     return evaluate(request, timeout_s=timeout_s)
 
 
@@ -139,7 +145,7 @@ def _language_error(name: str) -> str:
 
 class Toolbox:
     def __init__(self, workspace: Workspace, settings: HarnessSettings, ledger: Ledger, team_id: str,
-                 role: RoleSpec, evaluator: Evaluator = _default_evaluator, labels: dict[str, str] | None = None,
+                 role: RoleSpec, evaluator: Evaluator = default_evaluator, labels: dict[str, str] | None = None,
                  ceiling_tbs: float | None = None):
         self.workspace = workspace
         self.labels = labels or {}  # uuid -> shape, for the per-workload tables of tool results
@@ -155,11 +161,14 @@ class Toolbox:
 
     # ------------------------------------------------------------------ structured API (offline agents)
     def evaluate(self, source: str, origin: dict, kind: str = "benchmark",
-                 workloads: list[str] | None = None, suffix: str = ".py") -> Attempt:
+                 workloads: list[str] | None = None, suffix: str = ".py", grade: str = "search") -> Attempt:
         """Check (kind="check") or check and time (kind="benchmark") a candidate's source, a file of the
-        language its suffix names (KERNEL_SUFFIXES)."""
+        language its suffix names (KERNEL_SUFFIXES); grade "final" measures it as the final table does
+        (HarnessSettings.final_request), "search" as a team's quick evaluation."""
         if kind not in ("check", "benchmark"):
             raise ValueError(f"kind must be check or benchmark, got {kind!r}")
+        if grade not in GRADES:
+            raise ValueError(f"grade must be one of {', '.join(GRADES)}, got {grade!r}")
         workloads = list(workloads or self.settings.probe_workloads or self.settings.all_workloads)
         key = evaluation_key(source, workloads, kind, suffix)
         known = self.workspace.claim(key)  # answered from the journal, or by the thread already running it
@@ -172,7 +181,7 @@ class Toolbox:
             self.workspace.release(key)
             raise
         dispatch = {"key": key, "team": self.team_id, "role": self.role.name, "kind": kind, "origin": origin,
-                    "workloads": workloads}
+                    "workloads": workloads, "grade": grade}
         attempt_id, _ = self.workspace.new_attempt_dir(source, suffix, dispatch)
         return self.run_dispatched({"attempt_id": attempt_id, "suffix": suffix, **dispatch})
 
@@ -181,7 +190,11 @@ class Toolbox:
         journal it once; also what a resumed run does with the evaluations that were in flight."""
         s = self.settings
         kernel = self.workspace.root / "attempts" / dispatch["attempt_id"] / f"kernel{dispatch['suffix']}"
-        request = s.request(str(kernel), dispatch["workloads"], check_only=dispatch["kind"] == "check")
+        grade = dispatch.get("grade", "search")  # dispatched before grades: a search evaluation
+        if grade == "final":
+            request = s.final_request(str(kernel), dispatch["workloads"])
+        else:
+            request = s.request(str(kernel), dispatch["workloads"], check_only=dispatch["kind"] == "check")
         try:
             result = evaluate_in_pieces(self.evaluator, request, s.timeout_s, kernel.parent / "pieces.jsonl")
         except BaseException:
@@ -190,7 +203,7 @@ class Toolbox:
             raise
         attempt = Attempt(attempt_id=dispatch["attempt_id"], key=dispatch["key"], team=dispatch["team"],
                           role=dispatch["role"], kind=dispatch["kind"], origin=dispatch["origin"],
-                          workloads=dispatch["workloads"], **summarize_result(result))
+                          workloads=dispatch["workloads"], grade=grade, **summarize_result(result))
         self.ledger.record_evaluation(dispatch["team"], result.placement)
         self.workspace.record(attempt, result.to_json())
         self.last_attempt = attempt

@@ -40,6 +40,9 @@ class Attempt:
     noise: float | None = None  # the largest of `noises` (journals before them have this alone)
     geomean: float | None = None
     noises: dict[str, float] = field(default_factory=dict)  # uuid -> the candidate timed twice: relative gap
+    # "search": a team's quick evaluation (the baseline's time may come from the cache); "final": measured as the
+    # final table is (HarnessSettings.final_request), so the final table may take its figures as they are
+    grade: str = "search"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -52,6 +55,7 @@ def _short(origin: dict) -> dict:
     return {**{k: v for k, v in origin.items() if k != "points"}, "points": f"{len(origin['points'])} workloads"}
 
 
+GRADES = ("search", "final")  # Attempt.grade
 KERNEL_SUFFIXES = (".py", ".cu", ".cpp")  # Python/Triton, CUDA C++, C++ (torch binding): the file's language
 
 

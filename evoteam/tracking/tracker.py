@@ -287,10 +287,13 @@ class Tracker(NullTracker):
         final = run_dir / "final"
         summary = report.summarize(results)
         total = team_run.ledger.total
+        # workloads whose figure is the inherited measurement's (no team measured a kernel there)
+        reused = json.loads((final / "reused.json").read_text()) if (final / "reused.json").is_file() else {}
         values = {"final_geomean_speedup": summary.geomean_speedup, "final_wins": summary.wins,
                   "final_worst_speedup": summary.worst_speedup, "final_passed": summary.passed,
                   "final_workloads": summary.workloads, "final_tokens_total": total.total_tokens,
-                  "final_cost_usd": total.cost_usd, "final_evaluations": team_run.ledger.evaluations}
+                  "final_cost_usd": total.cost_usd, "final_evaluations": team_run.ledger.evaluations,
+                  "final_reused_workloads": len(reused)}
         now = int(time.time() * 1000)
         step = team_run.ledger.evaluations
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()
@@ -299,13 +302,14 @@ class Tracker(NullTracker):
             self.client.log_artifacts(self.run_id, str(final / "kernels"), "kernels")
         rows = [{"workload": r.uuid, "shape": labels.get(r.uuid, ""), "status": r.status, "baseline": r.baseline,
                  "baseline_ms": r.baseline_ms, "candidate_ms": r.candidate_ms, "speedup": r.speedup,
-                 "noise": r.noise, "timing_mode": r.timing_mode, "detail": r.detail} for r in results]
+                 "noise": r.noise, "timing_mode": r.timing_mode, "detail": r.detail,
+                 "measured": "inherited measurement" if r.uuid in reused else "final table"} for r in results]
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "results"
             out.mkdir()
             (out / "table.txt").write_text(table + "\n")
             (out / "table.json").write_text(json.dumps({"rows": rows, "summary": values}, indent=1))
-            for name in ("results.json", "dispatch.json"):
+            for name in ("results.json", "dispatch.json", "reused.json"):
                 if (final / name).is_file():
                     (out / name).write_text((final / name).read_text())
             self.client.log_artifacts(self.run_id, str(out), "results")
