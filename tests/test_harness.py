@@ -3,6 +3,7 @@ runner. Recovery from crashes, hangs, bad code and out-of-memory; the static fil
 that skip work; the physical floor; what every result records."""
 
 import dataclasses
+import re
 
 import pytest
 from planted import variant, write_planted
@@ -55,6 +56,13 @@ def test_correct_candidate_is_timed_against_the_reference(small_uuids):
     assert result.sandbox["mode"] == "strict" and result.sandbox["tool"] == "bubblewrap"
     assert result.sandbox["uid"] == 65534 and result.sandbox["network"].startswith("none")
     assert result.seed_secret and isinstance(result.seed, int)
+    # where the judge's time went, the timing phase split by what it did (each part a positive figure)
+    phases = dict(re.findall(r"(?:, |by phase: )([a-z: ]+?) ([0-9.]+) s", result.log_tail))
+    for part in ("runner start", "checks", "timing", "timing: inputs", "timing: batches",
+                 "timing: checks of timed calls", "timing: freezing"):
+        assert part in phases, (part, result.log_tail[-600:])
+    assert float(phases["timing: batches"]) > 0
+    assert sum(float(phases[p]) for p in phases if p.startswith("timing: ")) <= float(phases["timing"]) + 0.05
     again = evaluate(_request("mla_torch.py", small_uuids[:1]), timeout_s=120)
     assert again.seed != result.seed  # no seed is shared between evaluations
 

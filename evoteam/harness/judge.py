@@ -59,6 +59,11 @@ from evoteam.harness.shared import FlagPage
 from evoteam.schema import append_journal
 from evoteam.task import load_task
 
+# where the timing phase's time goes, logged with the phases (judge time by phase): the inputs refreshed or
+# poisoned before each batch, the batches through the protocol (timed intervals and their waits), the checks of
+# timed calls' outputs and inputs, freezing and thawing the candidate around the trusted sides
+SUB_INPUTS, SUB_BATCHES, SUB_VERIFY, SUB_FREEZE = ("timing: inputs", "timing: batches", "timing: checks of timed calls",
+                                                   "timing: freezing")
 MAX_SETS = 16  # calls per batch in graph mode (fewer where the task's pool or the memory budget holds fewer)
 VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at random (all where cheap)
 MIN_VERIFIED = 8
@@ -547,10 +552,12 @@ class Judge:
             label_mode = "wallclock (no cgroup of the runner's own: the host clock)"
         if mode is TimingMode.graph:
             failed = []
+            t = time.perf_counter()
             for name, handle in (("candidate", cand), ("baseline", base)):
                 reply = handle.ask({"op": "capture", "sets": list(range(n))}, deadline - time.monotonic())
                 if not reply.get("ok"):
                     failed.append(f"{name}: {reply.get('detail', '')[:160]}")
+            self._phase("timing: graph capture", t)
             if failed:
                 mode, n = TimingMode.events, 1
                 label_mode = f"events (graph capture failed: {'; '.join(failed)})"
@@ -636,16 +643,22 @@ class Judge:
                 for k, side in enumerate(turn):
                     seed = derive(self.secret, workload.uuid, mode.value, side, rnd)
                     trusted = side in ("null", "baseline")
+                    t = time.perf_counter()
                     if trusted and (k == 0 or turn[k - 1] not in ("null", "baseline")):
                         cand.process.freeze(True)  # nothing of the candidate runs while the other side is timed
+                        t = self._phase(SUB_FREEZE, t)
                     if side == "null":
                         calls_b.poison(sets)
+                        t = self._phase(SUB_INPUTS, t)
                         null_arm = {"op": "arm", "null": True} if arm else None
                         interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets, deadline,
                                                         arm=null_arm)
+                        t = self._phase(SUB_BATCHES, t)
                     elif side == "baseline":
                         calls_b.refresh(sets, seed)
+                        t = self._phase(SUB_INPUTS, t)
                         interval, reply, _ = self._call(base, calls_b, sets, deadline, arm=arm)
+                        t = self._phase(SUB_BATCHES, t)
                         if reply.get("ok") and not baseline_checked:
                             baseline_checked = True
                             factor = baseline_check_factor(self.request.baseline)
@@ -658,7 +671,9 @@ class Judge:
                                 return None
                     else:
                         calls_c.refresh(sets, seed)
+                        t = self._phase(SUB_INPUTS, t)
                         interval, reply, sample = self._call(cand, calls_c, sets, deadline, arm=arm)
+                        t = self._phase(SUB_BATCHES, t)
                         if rnd >= warmup:
                             self._timed_batches.add(self.batch_no)
                         if not reply.get("ok"):
@@ -668,6 +683,7 @@ class Judge:
                         verify = [j for j in sets if candidate_call + j in picked]
                         candidate_call += n
                         failure = self._after_call(calls_c, sets, sample, rnd, verify)
+                        t = self._phase(SUB_VERIFY, t)
                         result.calls_timed += n
                         result.calls_checked += len(verify)
                         if failure is not None:
@@ -679,6 +695,7 @@ class Judge:
                             return None
                     if trusted and (k == len(turn) - 1 or turn[k + 1] not in ("null", "baseline")):
                         cand.process.freeze(False)
+                        self._phase(SUB_FREEZE, t)
                     if trusted and not reply.get("ok"):
                         result.status = Status.HARNESS_ERROR
                         result.detail = f"the baseline runner failed a timed call: {reply.get('detail', '')}"
