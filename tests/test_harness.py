@@ -253,7 +253,8 @@ def test_a_cpu_target_times_both_sides_on_one_cpu_the_candidate_cannot_leave(tmp
     result = evaluate(_request("widens.py", small_uuids[:1], directory=tmp_path, static_scan=False), timeout_s=120)
     (r,) = result.results
     assert r.status == "PASSED", r.detail
-    assert result.sandbox["cpus"] == f"{max(os.sched_getaffinity(0))} (cpuset)", result.sandbox
+    # the highest CPU no other evaluation on the machine holds (another test's evaluation may hold one)
+    assert result.sandbox["cpus"] in {f"{cpu} (cpuset)" for cpu in os.sched_getaffinity(0)}, result.sandbox
     assert capabilities().cgroup, "the machine gives the runner a cgroup"
 
 
