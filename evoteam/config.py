@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from evoteam.harness.model import TimingMode
+from evoteam.team.shared_measurements import DEFAULT_MAX_AGE_HOURS
 from evoteam.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_URI
 
 GROUPS = ("hardware", "task", "budget", "team", "llm", "agent", "executor", "tracking")
@@ -156,7 +157,7 @@ class WorkspaceConfig:
     inherit: str = "auto"
     # hours an inherited champion's measurement is shared with later runs of the same settings (the presets of a
     # comparison measure it once; evoteam.team.shared_measurements); 0: every run measures it itself
-    share_hours: float = 12.0
+    share_hours: float = DEFAULT_MAX_AGE_HOURS
 
 
 @dataclass
