@@ -34,3 +34,41 @@ def context(tmp_path_factory):
 def test_case_is_caught(case, context):
     row = run_case(case, context)
     assert row.caught, row.line()
+
+
+@pytest.mark.slow
+def test_a_sudden_oom_stays_with_its_workload_where_the_kernel_ignores_the_memory_limit(context):
+    """gVisor (the lent H200's runtime) accepts a cgroup's memory limit and does not enforce it; there a
+    candidate's 8 GiB took the machine. Here the limit is lifted as soon as a runner's cgroup appears: the
+    judge's own guard must still end the runner at its limit."""
+    import threading
+    import time
+
+    from evoteam.harness.sandbox import CGROUP_ROOT
+
+    stop = threading.Event()
+    lifted: set[str] = set()
+
+    def lift():
+        while not stop.is_set():
+            for limit in [*CGROUP_ROOT.glob("evoteam/runner-*/memory.max"),
+                          *CGROUP_ROOT.glob("memory/evoteam/runner-*/memory.limit_in_bytes")]:
+                if str(limit) not in lifted:
+                    try:
+                        limit.write_text("max" if limit.name == "memory.max" else "-1")
+                        lifted.add(str(limit))
+                    except OSError:
+                        pass
+            time.sleep(0.005)
+
+    case = next(c for c in CPU_CASES if c.name == "fault_sudden_oom")
+    lifter = threading.Thread(target=lift, daemon=True)
+    lifter.start()
+    try:
+        row = run_case(case, context)
+    finally:
+        stop.set()
+        lifter.join()
+    if not lifted:
+        pytest.skip("no runner cgroup to lift the limit of on this host")
+    assert row.caught and row.statuses[0] == "out_of_memory", row.line()

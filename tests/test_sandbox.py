@@ -109,3 +109,73 @@ def test_a_missing_layer_refuses_a_strict_evaluation_and_is_recorded_when_weak(t
         proc.close()
     finally:
         sandbox.capabilities.cache_clear()
+
+
+HOG = r'''
+import sys, time
+held = []
+for _ in range(64):  # up to 2 GiB, 32 MiB at a time, each page touched
+    held.append(bytearray(32 << 20))
+    print("held", len(held) * 32, "MiB", flush=True)
+    time.sleep(0.02)
+print("NOT STOPPED", flush=True)
+'''
+
+
+def _unenforced_cgroup(monkeypatch):
+    """A host like gVisor: the runner's cgroup takes its memory limit and does not enforce it."""
+    made = sandbox.Cgroup.__init__
+
+    def lifted(self, version, name, memory_bytes, max_pids, cpus=None):
+        made(self, version, name, memory_bytes, max_pids, cpus)
+        if version == "v2":
+            (self.dirs[0] / "memory.max").write_text("max")
+        for d in self.dirs:
+            if (d / "memory.limit_in_bytes").exists():
+                (d / "memory.limit_in_bytes").write_text("-1")
+
+    monkeypatch.setattr(sandbox.Cgroup, "__init__", lifted)
+
+
+@pytest.mark.parametrize("host", ["limit_not_enforced", "no_cgroup"])
+def test_the_judge_holds_a_runner_to_its_memory_limit_where_the_kernel_does_not(tmp_path, monkeypatch, host):
+    if host == "limit_not_enforced":
+        _available()
+        _unenforced_cgroup(monkeypatch)
+        mode = "strict"
+    else:
+        monkeypatch.setattr(sandbox, "_cgroup_support", lambda: (None, "none on this host (test)"))
+        sandbox.capabilities.cache_clear()
+        mode = "weak"
+    try:
+        spec = SandboxSpec(scratch=tmp_path, cache=None, candidate=None, device="cpu", memory_bytes=384 << 20,
+                           max_pids=64, mode=mode)
+        t0 = time.monotonic()
+        proc = SandboxedProcess([sys.executable, "-c", HOG], spec, [], tmp_path / "log.txt")
+        code = proc.proc.wait(timeout=60)
+        logs = proc.logs()
+        assert code != 0 and "NOT STOPPED" not in logs, logs
+        assert proc.out_of_memory() and proc.guard_reason().startswith("memory: the runner held"), proc.guard_reason()
+        held = max(int(line.split()[1]) for line in logs.splitlines() if line.startswith("held"))
+        assert held < 1024, f"it reached {held} MiB before the guard ended it"  # 384 MiB + a poll's worth
+        assert time.monotonic() - t0 < 30
+        assert "guard" in proc.record
+        proc.close()
+    finally:
+        sandbox.capabilities.cache_clear()
+
+
+def test_the_guard_ends_a_runner_that_starts_too_many_processes(tmp_path):
+    from evoteam.harness.guard import ResourceGuard, descendants
+
+    spawn = "import subprocess, time\nkids = [subprocess.Popen(['sleep', '60']) for _ in range(40)]\ntime.sleep(60)\n"
+    child = subprocess.Popen([sys.executable, "-c", spawn], start_new_session=True)
+    guard = ResourceGuard(lambda: descendants(child.pid), lambda: os.killpg(child.pid, 9), memory_bytes=0,
+                          max_processes=10)
+    try:
+        assert child.wait(timeout=30) == -9
+        assert guard.reason.startswith("processes: the runner ran") and not guard.out_of_memory
+    finally:
+        guard.stop()
+        if child.poll() is None:
+            os.killpg(child.pid, 9)

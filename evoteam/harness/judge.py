@@ -270,7 +270,7 @@ class Judge:
         return SandboxSpec(scratch=workdir, cache=cache, candidate=candidate, device=self.device,
                            memory_bytes=0 if trusted else int(self.request.memory_limit_gib * (1 << 30)),
                            max_pids=self.request.process_limit, env=env, trusted=trusted, mode=self.request.sandbox,
-                           cpus=self.cpus)
+                           cpus=self.cpus, disk_bytes=int(self.request.disk_limit_gib * (1 << 30)))
 
     def _start(self, kind: str) -> RunnerHandle:
         workdir = self.workdir / f"{kind}-{self.restarts}-{time.monotonic_ns()}"

@@ -113,6 +113,7 @@ class EvalRequest:
     workload_timeout_s: float = 600.0  # one workload's limit (compilation included); the sandbox is killed after it
     memory_limit_gib: float = 32.0  # the runner's host memory (cgroup)
     process_limit: int = 512  # the runner's processes and threads (cgroup)
+    disk_limit_gib: float = 16.0  # what the runner may write to its scratch and compiled-kernel folders
 
 
 @dataclass

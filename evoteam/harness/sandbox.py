@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evoteam.errors import UserError
+from evoteam.harness.guard import ResourceGuard, descendants, resident_bytes
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # evoteam/
 UNPRIVILEGED_UID = 65534
@@ -273,6 +274,7 @@ class SandboxSpec:
     trusted: bool = False  # the baseline runner: the libraries and the package's data stay visible
     mode: str = "strict"  # strict or weak
     cpus: frozenset[int] | None = None  # CPU targets: the one CPU the judge flushes and times on
+    disk_bytes: int = 0  # what the runner may hold in its scratch and cache folders (0: no limit)
 
 
 def _gpu_devices(device: str) -> list[str]:
@@ -476,6 +478,16 @@ class SandboxedProcess:
             self.proc = subprocess.Popen(shell, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=env, pass_fds=pass_fds, start_new_session=True,
                                          cwd=str(spec.scratch), preexec_fn=pin)
+        # The cgroup's limits hold only where the kernel enforces them (gVisor accepts and ignores them):
+        # the judge holds the candidate's runner to the same limits itself.
+        self.guard: ResourceGuard | None = None
+        if not spec.trusted:
+            folders = [f for f in (spec.scratch, spec.cache) if f is not None]
+            self.guard = ResourceGuard(self._pids, self._end_all, spec.memory_bytes, spec.max_pids,
+                                       folders=folders, disk_bytes=spec.disk_bytes, avoid_cpus=spec.cpus)
+            self.record["guard"] = (f"the judge polls the runner's resident memory and processes every "
+                                    f"{self.guard.poll_s * 1e3:.0f} ms, its folders' size "
+                                    f"({spec.disk_bytes >> 20} MiB at most), and ends it over a limit")
 
     def poll(self) -> int | None:
         return self.proc.poll()
@@ -491,20 +503,36 @@ class SandboxedProcess:
                 return
             except OSError:
                 pass
-        for pid in _descendants(self.proc.pid):
+        for pid in descendants(self.proc.pid):
             try:
                 os.kill(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
             except ProcessLookupError:
                 pass
 
-    def kill(self) -> None:
-        """End the runner and everything it started, then reap it."""
+    def _pids(self) -> list[int]:
+        """The runner's processes: its cgroup's (detached children too), else the tree under its first."""
+        if self.proc.poll() is not None and self.cgroup is None:
+            return []
+        pids = self.cgroup.pids() if self.cgroup is not None else set()
+        return sorted(pids) if pids else (descendants(self.proc.pid) if self.proc.poll() is None else [])
+
+    def _end_all(self) -> None:
+        """Kill every process of the runner without reaping it (the guard's thread calls this)."""
         if self.cgroup is not None:
-            self.cgroup.kill()
+            try:
+                self.cgroup.kill()
+            except OSError:
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def kill(self) -> None:
+        """End the runner and everything it started, then reap it."""
+        if self.guard is not None:
+            self.guard.stop()
+        self._end_all()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -516,17 +544,15 @@ class SandboxedProcess:
 
     def memory_bytes(self) -> int:
         """Resident memory of every process of the runner."""
-        total = 0
-        for pid in _descendants(self.proc.pid):
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) << 10
-            except (OSError, ValueError, IndexError):
-                pass
-        return total
+        return resident_bytes(descendants(self.proc.pid))
+
+    def guard_reason(self) -> str:
+        """Why the judge's guard ended the runner; empty if it did not."""
+        return self.guard.reason if self.guard is not None else ""
 
     def out_of_memory(self) -> bool:
+        if self.guard is not None and self.guard.out_of_memory:
+            return True
         if self.cgroup is None:  # in a container: its cgroup (ours too) counts the kills
             return _own_oom_kills() > self._oom_kills_before
         for line in self.cgroup.memory_events().splitlines():
@@ -542,6 +568,8 @@ class SandboxedProcess:
             return ""
 
     def close(self) -> None:
+        if self.guard is not None:
+            self.guard.stop()
         if self.proc.poll() is None:
             self.kill()
         else:
@@ -562,17 +590,3 @@ def _own_oom_kills() -> int:
         except (OSError, ValueError):
             continue
     return 0
-
-
-def _descendants(pid: int) -> list[int]:
-    """`pid` and every process below it (by the kernel's children lists)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-            except OSError:
-                pass
-    return out

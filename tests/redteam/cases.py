@@ -427,6 +427,15 @@ CASES = [
          f"""    if kv_indices.shape[0] == FIRST_TOKENS:
         _leak.append(torch.ones(512 << 20, dtype=torch.uint8))
     {CALL}""", extra="_leak = []", statuses=("out_of_memory", "exception", "crash")),
+    Case("fault_fill_disk", "faults", "writes 4 GiB to its scratch folder on the first workload (the suite's limit "
+         "is 1 GiB; a real one would write until the host's disk is full)", "fault",
+         f"""    if kv_indices.shape[0] == FIRST_TOKENS and not _filled:
+        _filled.append(True)
+        chunk = bytes(64 << 20)
+        for i in range(64):
+            with open(f"fill-{{TOKEN}}-{{i}}", "wb") as f:
+                f.write(chunk)
+    {CALL}""", extra="_filled = []", statuses=("crash", "exception", "timeout")),
     Case("fault_nan", "faults", "writes NaN into its outputs on the first workload", "fault",
          f"""    {CALL}
     if kv_indices.shape[0] == FIRST_TOKENS:

@@ -157,7 +157,7 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
     request = EvalRequest(task="mla_decode", hardware=ctx.hw.name, solution=str(path), workloads=ctx.uuids,
                           scale=ctx.scale, warmup=1, reps=reps or (10 if ctx.hw.is_gpu else 3), static_scan=False,
                           second_figure=False, workload_timeout_s=case.timeout_s,
-                          memory_limit_gib=8 if ctx.hw.is_gpu else 4)
+                          memory_limit_gib=8 if ctx.hw.is_gpu else 4, disk_limit_gib=1)
     outcome = evaluate(request)
     time.sleep(0.5)  # a process that escaped would still be there
     results = outcome.results
