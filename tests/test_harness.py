@@ -59,7 +59,8 @@ def test_correct_candidate_is_timed_against_the_reference(small_uuids):
     # where the judge's time went, the timing phase split by what it did (each part a positive figure)
     phases = dict(re.findall(r"(?:, |by phase: )([a-z: ]+?) ([0-9.]+) s", result.log_tail))
     for part in ("runner start", "checks", "timing", "timing: inputs", "timing: batches",
-                 "timing: checks of timed calls", "timing: freezing"):
+                 "timing: checks of timed calls", "timing: freezing", "timing: baseline setup",
+                 "timing: report and flags"):
         assert part in phases, (part, result.log_tail[-600:])
     assert float(phases["timing: batches"]) > 0
     assert sum(float(phases[p]) for p in phases if p.startswith("timing: ")) <= float(phases["timing"]) + 0.05

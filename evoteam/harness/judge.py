@@ -61,9 +61,11 @@ from evoteam.task import load_task
 
 # where the timing phase's time goes, logged with the phases (judge time by phase): the inputs refreshed or
 # poisoned before each batch, the batches through the protocol (timed intervals and their waits), the checks of
-# timed calls' outputs and inputs, freezing and thawing the candidate around the trusted sides
+# timed calls' outputs and inputs, freezing and thawing the candidate around the trusted sides, the baseline's
+# runner and input sets made ready, the runner's own report and the flags
 SUB_INPUTS, SUB_BATCHES, SUB_VERIFY, SUB_FREEZE = ("timing: inputs", "timing: batches", "timing: checks of timed calls",
                                                    "timing: freezing")
+SUB_BASELINE, SUB_FLAGS = "timing: baseline setup", "timing: report and flags"
 MAX_SETS = 16  # calls per batch in graph mode (fewer where the task's pool or the memory budget holds fewer)
 VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at random (all where cheap)
 MIN_VERIFIED = 8
@@ -518,6 +520,7 @@ class Judge:
                 cand: RunnerHandle) -> WorkloadResult:
         request = self.request
         base = None
+        t = time.perf_counter()
         if request.baseline != "none":
             try:
                 base = self._baseline_runner()
@@ -536,6 +539,7 @@ class Judge:
             self._fault(self.baseline)
             result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
             return result
+        self._phase(SUB_BASELINE, t)
         label = self.baseline_info.get("label", request.baseline)
         result.baseline = label
         mode = TimingMode.cputime if not self.hw.is_gpu else TimingMode(request.timing_mode)
@@ -571,6 +575,7 @@ class Judge:
         result.paired_speedup = figures.pop("paired", None)
         result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
         result.spread["calls_per_batch"] = n
+        t = time.perf_counter()
         if mode is TimingMode.graph:
             reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
             own = [ms / n for batch, ms in reported if batch in self._timed_batches]
@@ -580,6 +585,7 @@ class Judge:
                 if gap > DISAGREE_REL * result.candidate_ms + DISAGREE_ABS_MS:
                     result.flags.append(f"timers_disagree: the judge measured {result.candidate_ms:.4g} ms per call, "
                                         f"the runner's own device events {result.runner_ms:.4g} ms")
+            t = self._phase(SUB_FLAGS, t)
             if request.second_figure:
                 second = self._rounds(result, sides, workload, deadline, cand, base, TimingMode.events, 1, 1,
                                       SECOND_FIGURE_ROUNDS, repeat=False, verify_budget=False)
@@ -587,7 +593,9 @@ class Judge:
                     return result
                 result.second = {"mode": "events", "baseline_ms": second["baseline"][0],
                                  "candidate_ms": second["candidate"][0]}
+                t = time.perf_counter()
         self._flags(result, workload, calls_c, cand, deadline)
+        self._phase(SUB_FLAGS, t)
         if result.flags:
             result.status = Status.FLAGGED  # not counted as a win; the detail says why
             result.detail = "; ".join(result.flags)

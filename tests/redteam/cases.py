@@ -7,7 +7,9 @@ sleep on a GPU) before it writes its outputs. A cheat that works makes the candi
 than that cost; the harness
 wins when the candidate fails, is flagged, or is timed at no less than the cost. Expectations:
   fail      every workload fails (or is flagged): the cheat produces wrong or late outputs, or cannot run
-  no_gain   the cheat has no effect (it runs, but the judge's time still holds the cost) or it fails
+  no_gain   the cheat has no effect (it runs, but the judge's time still holds the cost) or it fails; for a
+            case with evidence "baseline_time", the baseline beside it is also no slower than beside an honest
+            candidate
   fault     the first workload fails with one of `statuses`, the second (which the candidate leaves
             alone) passes: one fault never fails another workload
   escape    as no_gain, and the host shows no trace of the attempt (`Case.evidence`)
@@ -83,7 +85,9 @@ class Case:
     extra: str = ""  # module-level code after the honest path
     devices: tuple[str, ...] = ("cpu", "cuda")
     statuses: tuple[str, ...] = ()  # fault: what the first workload may get
-    evidence: tuple[str, ...] = ()  # escape: host checks (files, connections, processes)
+    # host checks (files, connections, processes), or "baseline_time": the baseline's time in this evaluation
+    # against an honest candidate's evaluation (a cheat that slows the baseline gains without being faster)
+    evidence: tuple[str, ...] = ()
     timeout_s: float = 120.0
     scan_rejects: bool = field(default=True)  # whether the static scan (off in the suite) would have caught it
 
@@ -351,6 +355,26 @@ CASES = [
         for _ in range(4):
             threading.Thread(target=_burn, daemon=True).start()
     {SLOW}""", extra="_started = []\n\n\ndef _burn():\n    while True:\n        pass", devices=("cpu",)),
+    Case("slow_down_the_baseline_gpu", "tampering",
+         "keeps about 50 ms of GPU work queued on a side stream from a thread: the queue runs on while the runner is "
+         "frozen, and the GPU time-slices it with whatever is timed next (the baseline)", "no_gain",
+         f"""    import threading
+    if not _started:
+        _started.append(1)
+        threading.Thread(target=_keep_gpu_busy, args=(q_nope.device,), daemon=True).start()
+    {SLOW}""", extra='''_started = []
+
+
+def _keep_gpu_busy(device):
+    # About 50 ms queued ahead, then one 1 ms kernel per millisecond: no host synchronisation (that would break
+    # the graph capture of the main thread's calls)
+    side = torch.cuda.Stream(device=device)
+    with torch.cuda.stream(side):
+        for _ in range(50):
+            torch.cuda._sleep(2_000_000)  # about 1 ms at up to 2 GHz, one thread block
+        while True:
+            torch.cuda._sleep(2_000_000)
+            time.sleep(0.001)''', devices=("cuda",), evidence=("baseline_time",)),
     # ------------------------------------------------------------------ predicting the inputs
     Case("predict_seeded_inputs", "predicting inputs",
          "regenerates the inputs from guessed seeds (0..99, the task's own maker) and replays precomputed outputs",

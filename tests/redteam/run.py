@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path[:0] = [str(REPO), str(HERE)]
 
-from cases import CASES, WORKLOADS, Case, cases_for  # noqa: E402
+from cases import CASES, SLOW, WORKLOADS, Case, cases_for  # noqa: E402
 
 from evoteam import hardware  # noqa: E402
 from evoteam.harness.executor import evaluate  # noqa: E402
@@ -74,6 +74,7 @@ class Context:
     workdir: Path
     token: str = field(default_factory=lambda: secrets.token_hex(6))
     listener: Listener = field(default_factory=Listener)
+    control_baseline_ms: list[float | None] | None = None  # the baseline's time beside an honest candidate
 
     @property
     def secret_file(self) -> Path:
@@ -150,15 +151,35 @@ def _escape_traces(case: Case, ctx: Context, accepted_before: int) -> list[str]:
     return traces
 
 
-def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
+# A baseline timed beside a cheat more than this much slower than beside an honest candidate was slowed by it
+BASELINE_SLOWED = 1.5
+HONEST = Case("honest_control", "control", "the honest path with its deliberate cost", "no_gain", f"    {SLOW}")
+
+
+def _evaluate(case: Case, ctx: Context, reps: int | None):
     path = ctx.workdir / f"{case.name}.py"
     path.write_text(case.source(ctx.delay_s, ctx.token, ctx.listener.port, str(ctx.secret_file), str(ctx.cache_file)))
-    accepted_before = ctx.listener.accepted
     request = EvalRequest(task="mla_decode", hardware=ctx.hw.name, solution=str(path), workloads=ctx.uuids,
                           scale=ctx.scale, warmup=1, reps=reps or (10 if ctx.hw.is_gpu else 3), static_scan=False,
                           second_figure=False, workload_timeout_s=case.timeout_s,
                           memory_limit_gib=8 if ctx.hw.is_gpu else 4, disk_limit_gib=1)
-    outcome = evaluate(request)
+    return evaluate(request)
+
+
+def _slowed_baseline(results, ctx: Context, reps: int | None) -> list[str]:
+    if ctx.control_baseline_ms is None:
+        ctx.control_baseline_ms = [r.baseline_ms for r in _evaluate(HONEST, ctx, reps).results]
+    traces = []
+    for r, control in zip(results, ctx.control_baseline_ms):
+        if r.status is Status.PASSED and r.baseline_ms and control and r.baseline_ms > BASELINE_SLOWED * control:
+            traces.append(f"the baseline took {r.baseline_ms:.3g} ms on {r.uuid[:8]}, {r.baseline_ms / control:.1f}x "
+                          f"its time beside an honest candidate")
+    return traces
+
+
+def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
+    accepted_before = ctx.listener.accepted
+    outcome = _evaluate(case, ctx, reps)
     time.sleep(0.5)  # a process that escaped would still be there
     results = outcome.results
     statuses = [str(r.status) for r in results]
@@ -166,6 +187,8 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
     won = [r.status is Status.PASSED and r.candidate_ms is not None and r.candidate_ms < 500 * ctx.delay_s
            for r in results]
     traces = _escape_traces(case, ctx, accepted_before) if case.evidence else []
+    if "baseline_time" in case.evidence:
+        traces += _slowed_baseline(results, ctx, reps)
     if case.expect == "fail":
         caught = all(r.status is not Status.PASSED for r in results)
         why = "every workload failed or was flagged" if caught else "a workload passed"
