@@ -155,7 +155,7 @@ def test_the_judge_holds_a_runner_to_its_memory_limit_where_the_kernel_does_not(
         code = proc.proc.wait(timeout=60)
         logs = proc.logs()
         assert code != 0 and "NOT STOPPED" not in logs, logs
-        assert proc.out_of_memory() and proc.guard_reason().startswith("memory: the runner held"), proc.guard_reason()
+        assert proc.out_of_memory() and proc.guard.reason.startswith("memory: the runner held"), proc.guard.reason
         held = max(int(line.split()[1]) for line in logs.splitlines() if line.startswith("held"))
         assert held < 1024, f"it reached {held} MiB before the guard ended it"  # 384 MiB + a poll's worth
         assert time.monotonic() - t0 < 30

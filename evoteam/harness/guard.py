@@ -103,7 +103,6 @@ class ResourceGuard:
         self.folders, self.disk_bytes = tuple(folders), disk_bytes
         self._avoid, self.poll_s = avoid_cpus or frozenset(), poll_s
         self.reason = ""  # why it ended the runner; empty while it has not
-        self.peak_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="evoteam-resource-guard", daemon=True)
         self._thread.start()
@@ -137,7 +136,6 @@ class ResourceGuard:
             if self.memory_bytes and held > self.memory_bytes:
                 exact = proportional_bytes(pids)  # costlier: only when the cheap bound is over
                 held = held if exact is None else exact
-            self.peak_bytes = max(self.peak_bytes, held)
             if self.memory_bytes and held > self.memory_bytes:
                 self.reason = (f"memory: the runner held {held >> 20} MiB, over its limit of "
                                f"{self.memory_bytes >> 20} MiB (ended by the judge's guard)")

@@ -94,10 +94,10 @@ class RunnerHandle:
         code = self.process.poll()
         logs = self.process.logs(LOG_TAIL_CHARS)
         self.kill()
-        guarded = self.process.guard_reason()
-        if guarded:
-            status = Status.OUT_OF_MEMORY if guarded.startswith("memory") else Status.CRASH
-            return RunnerFault(status, f"{guarded} ({logs_tail(logs)})")
+        guard = self.process.guard
+        if guard is not None and guard.reason:
+            status = Status.OUT_OF_MEMORY if guard.out_of_memory else Status.CRASH
+            return RunnerFault(status, f"{guard.reason} ({logs_tail(logs)})")
         if self.process.out_of_memory() or (code is not None and code in (-signal.SIGKILL, 128 + signal.SIGKILL)
                                             and "memory" in logs.lower()):
             return RunnerFault(Status.OUT_OF_MEMORY, f"out of memory: the runner was killed at its limit ({logs_tail(logs)})")

@@ -511,10 +511,10 @@ class SandboxedProcess:
 
     def _pids(self) -> list[int]:
         """The runner's processes: its cgroup's (detached children too), else the tree under its first."""
-        if self.proc.poll() is not None and self.cgroup is None:
-            return []
         pids = self.cgroup.pids() if self.cgroup is not None else set()
-        return sorted(pids) if pids else (descendants(self.proc.pid) if self.proc.poll() is None else [])
+        if pids:
+            return list(pids)
+        return descendants(self.proc.pid) if self.proc.poll() is None else []
 
     def _end_all(self) -> None:
         """Kill every process of the runner without reaping it (the guard's thread calls this)."""
@@ -545,10 +545,6 @@ class SandboxedProcess:
     def memory_bytes(self) -> int:
         """Resident memory of every process of the runner."""
         return resident_bytes(descendants(self.proc.pid))
-
-    def guard_reason(self) -> str:
-        """Why the judge's guard ended the runner; empty if it did not."""
-        return self.guard.reason if self.guard is not None else ""
 
     def out_of_memory(self) -> bool:
         if self.guard is not None and self.guard.out_of_memory:
