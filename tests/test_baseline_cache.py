@@ -1,4 +1,5 @@
-"""Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline, workload)."""
+"""Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline, workload,
+calls per timed interval)."""
 
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.executor import evaluate
@@ -22,6 +23,20 @@ def test_keys_keep_versions_and_modes_apart(tmp_path):
         fh.write('{"key": {"fingerprint"')  # a line cut by an interrupted writer is skipped
     assert cache.get(Key("H200", "0.6.0", "events", "flashinfer", "w1")) == 0.03
     assert hardware_fingerprint("cpu").startswith("cpu:")
+
+
+def test_the_batch_keeps_entries_apart_and_is_found_for_reuse(tmp_path):
+    cache = BaselineCache(tmp_path / "t.jsonl")
+    old = Key("cpu", "2.11", "cputime", "reference", "w1")  # an entry from before batches were kept: batch 0
+    cache.put(old, 0.5)
+    assert cache.batch_of(old) is None
+    cache.put(Key("cpu", "2.11", "cputime", "reference", "w1", batch=8), 0.3)
+    cache.put(Key("cpu", "2.11", "cputime", "reference", "w1", batch=16), 0.25)
+    cache.put(Key("cpu", "2.11", "cputime", "reference", "w2", batch=4), 0.9)
+    assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=8)) == 0.3
+    assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=1)) is None
+    assert cache.batch_of(old) == 16  # the newest
+    assert cache.batch_of(Key("cpu", "2.11", "cputime", "reference", "w2", batch=99)) == 4
 
 
 def test_quick_evaluation_reuses_the_cached_baseline():

@@ -1,5 +1,6 @@
 """Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline,
-workload), so quick evaluations need not re-time the library kernel; re-measured on request.
+workload, calls per timed interval), so quick evaluations need not re-time the library kernel;
+re-measured on request.
 
 Reports that compare a candidate with a baseline always time both side by side; the cache is
 for the agents' quick feedback loop (EvalRequest.use_baseline_cache).
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from evoteam.resources import cache_root
@@ -39,6 +40,7 @@ class Key:
     timing_mode: str
     baseline: str
     workload: str
+    batch: int = 0  # calls per timed interval: a batch of one costs a call more than a batch of many (CPU)
 
 
 def _key_str(key: Key) -> str:
@@ -57,6 +59,17 @@ class BaselineCache:
 
     def get(self, key: Key) -> float | None:
         return self._load().get(_key_str(key))
+
+    def batch_of(self, key: Key) -> int | None:
+        """The batch of the newest entry for `key`'s workload, mode and library, whatever its batch: a CPU
+        evaluation that reuses the cache takes that batch rather than probe the baseline again (a probe near
+        a power of two could pick the other and miss the entry)."""
+        found, want = None, replace(key, batch=0)
+        for obj in read_journal(self.path):
+            entry = Key(**obj["key"])
+            if entry.batch and replace(entry, batch=0) == want:
+                found = entry.batch
+        return found
 
     def put(self, key: Key, median_ms: float) -> None:
         # Appending keeps the file valid if interrupted; the last entry for a key wins.

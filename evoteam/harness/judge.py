@@ -472,16 +472,14 @@ class Judge:
         errors: dict[str, OutputError] = {}
         base_seed = derive(self.secret, workload.uuid, "check")
         self.reference_s = 0.0
-        self.check_ms = math.nan
         for trial in range(self.request.trials):
             calls.refresh([0], derive(base_seed, trial))
-            interval, reply, sample = self._call(handle, calls, [0], deadline)
+            _, reply, sample = self._call(handle, calls, [0], deadline)
             if not reply.get("ok"):
                 from evoteam.harness.check import CheckFailure
 
                 failure = CheckFailure(reply.get("status", "exception"), "", trial, None, 0, reply.get("detail", ""))
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
-            self.check_ms = interval
             failure = self._after_call(calls, [0], sample, trial, verify=[0], errors=errors)
             if failure is not None:
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
@@ -548,9 +546,16 @@ class Judge:
         # A batch holds as many calls as there are input sets: the protocol's jitter (tens of microseconds
         # on an H200 with two calls per batch, 2026-12-01) is then divided by up to MAX_SETS.
         n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
-        if mode is TimingMode.cputime:  # short calls in batches of about CPU_BATCH_MS: the protocol's share shrinks
-            short = CPU_BATCH_MS / self.check_ms if self.check_ms > 0 else 1.0
-            n = max(1, min(calls_c.n_sets, calls_b.n_sets, int(short)))
+        if mode is TimingMode.cputime:
+            try:
+                reuse = self.cache.batch_of(self._cache_key(result, workload, mode, 0)) if request.use_baseline_cache \
+                    else None
+                n = min(reuse, calls_c.n_sets, calls_b.n_sets) if reuse else self._cpu_batch(
+                    workload, calls_b, calls_c.n_sets, cand, base, deadline)
+            except RunnerFault as fault:
+                self._fault(self.baseline)
+                result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
+                return result
         label_mode = mode.value
         if mode is TimingMode.cputime and (cand.process.cpu_usec() is None or base.process.cpu_usec() is None):
             label_mode = "wallclock (no cgroup of the runner's own: the host clock)"
@@ -601,14 +606,39 @@ class Judge:
             result.detail = "; ".join(result.flags)
         return result
 
+    def _cache_key(self, result: WorkloadResult, workload, mode: TimingMode, batch: int) -> Key:
+        return Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
+                   result.baseline, workload.uuid, batch)
+
+    def _cpu_batch(self, workload, calls_b: CallSets, n_sets: int, cand: RunnerHandle, base: RunnerHandle,
+                   deadline: float) -> int:
+        """CPU targets: calls per timed interval, so that one interval of the baseline takes about CPU_BATCH_MS
+        (the protocol's share shrinks). Taken from two untimed calls of the baseline with the candidate frozen,
+        never from the candidate's time: a batch of one call costs a call more than a batch of many (a cold
+        interpreter and cache per interval), so a candidate that made itself look slow would get the baseline
+        timed in single calls, and slower (1.7-1.9x on the red team's slow_down_the_baseline, 2026-12-03).
+        A power of two: one workload on one machine keeps one batch, part of the baseline cache's key."""
+        cand.process.freeze(True)
+        try:
+            probe_ms = math.inf
+            for trial in range(2):
+                calls_b.refresh([0], derive(self.secret, workload.uuid, "batch", trial))
+                interval, reply, _ = self._call(base, calls_b, [0], deadline)
+                if not reply.get("ok"):
+                    raise RunnerFault(Status(reply.get("status", "exception")), reply.get("detail", ""))
+                probe_ms = min(probe_ms, interval)
+        finally:
+            cand.process.freeze(False)
+        fit = CPU_BATCH_MS / probe_ms if probe_ms > 0 else float(n_sets)
+        return max(1, min(n_sets, calls_b.n_sets, 1 << int(math.log2(max(1.0, fit)))))
+
     def _rounds(self, result, sides, workload, deadline, cand, base, mode: TimingMode, n: int, warmup: int,
                 reps: int, repeat: bool, verify_budget: bool) -> dict | None:
         """Timed rounds in `mode`; per side (median, p10, p90, samples) of the time per call in ms,
         or None when a candidate batch failed (the result says how)."""
         calls_c, calls_b = sides["candidate"], sides["baseline"]
         sets = list(range(n))
-        cache_key = Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
-                        result.baseline, workload.uuid)
+        cache_key = self._cache_key(result, workload, mode, n)
         cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
         order = ["null", "baseline", "candidate"] + (["candidate_repeat"] if repeat else [])
         if cached is not None:
