@@ -99,22 +99,26 @@ def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2)
 Evaluator = Callable[[EvalRequest, float], EvalResult]
 
 
-# An evaluation of more workloads than this runs in pieces, each journaled when it ends, so that an interrupted
-# run resumes inside a long evaluation instead of repeating it (the KDA champion on 24 workloads of an H200: about
-# 8 minutes at the rate of an 11-workload bench, 215 s; most of a 10-minute lent-GPU call, which has more to do).
-PIECE_WORKLOADS = 12
+# An evaluation of more workloads than this runs in pieces of equal size, each journaled when it ends, so that an
+# interrupted run resumes inside a long evaluation instead of repeating it (the KDA champion on 24 workloads of an
+# H200: about 8 minutes at the rate of an 11-workload bench, 215 s; most of a 10-minute lent-GPU call, which has more
+# to do). Each piece is a judge of its own and pays its start, runners and profile again (about 20 s on an H200,
+# 2026-12-03), so a team's 16-workload evaluation is one piece.
+PIECE_WORKLOADS = 16
 
 
 def evaluate_in_pieces(evaluator: Evaluator, request: EvalRequest, timeout_s: float, journal: Path) -> EvalResult:
-    """`request` evaluated PIECE_WORKLOADS workloads at a time; each piece's result is appended to `journal`,
-    and the workloads a journaled piece already holds are not evaluated again."""
+    """`request` evaluated in pieces of at most PIECE_WORKLOADS workloads; each piece's result is appended to
+    `journal`, and the workloads a journaled piece already holds are not evaluated again."""
     wanted = list(request.workloads)
     pieces = [EvalResult.from_json(e) for e in read_journal(journal)]
     pieces = [p for p in pieces if p.results and {r.uuid for r in p.results} <= set(wanted)]
     done = {r.uuid for p in pieces for r in p.results}
     remaining = [u for u in wanted if u not in done]
-    for start in range(0, len(remaining), PIECE_WORKLOADS):
-        piece = evaluator(replace(request, workloads=remaining[start:start + PIECE_WORKLOADS]), timeout_s)
+    n_pieces = max(1, -(-len(remaining) // PIECE_WORKLOADS))
+    size = max(1, -(-len(remaining) // n_pieces))  # 47 workloads as 16, 16 and 15; 24 as 12 and 12
+    for start in range(0, len(remaining), size):
+        piece = evaluator(replace(request, workloads=remaining[start:start + size]), timeout_s)
         if len(wanted) > PIECE_WORKLOADS:
             append_journal(journal, piece.to_json())
         pieces.append(piece)
