@@ -48,6 +48,9 @@ class Family:
     # A new family that has not yet run on a GPU lists only "cpu", so a GPU team run leaves it out
     # instead of spending its time limits on a kernel that may hang there.
     verified_on: tuple[str, ...] | None = None
+    # The task's naive starting kernel (a team that inherits nothing starts from it; slow by design): a team that
+    # inherited a champion explores it last.
+    naive: bool = False
 
     def usable_on(self, hardware_name: str) -> bool:
         return self.verified_on is None or hardware_name in self.verified_on
@@ -303,8 +306,8 @@ def load_families(task: Any) -> list[Family]:
     families: list[Family] = []
     for i, entry in enumerate(entries):
         where = f"{path}: families[{i}]"
-        if not isinstance(entry, dict) or set(entry) - {"name", "file", "description", "space", "verified_on"}:
-            raise ValueError(f"{where}: expected keys name, file, description, space (and verified_on)")
+        if not isinstance(entry, dict) or set(entry) - {"name", "file", "description", "space", "verified_on", "naive"}:
+            raise ValueError(f"{where}: expected keys name, file, description, space (and verified_on, naive)")
         name, file, space = entry.get("name"), entry.get("file"), entry.get("space")
         if not isinstance(name, str) or not name or any(f.name == name for f in families):
             raise ValueError(f"{where}: missing or repeated name {name!r}")
@@ -327,9 +330,12 @@ def load_families(task: Any) -> list[Family]:
         if verified_on is not None and (not isinstance(verified_on, list)
                                         or not all(isinstance(v, str) and v for v in verified_on)):
             raise ValueError(f"{where}: 'verified_on' must be a list of hardware names, e.g. [\"cpu\", \"h200\"]")
+        if not isinstance(entry.get("naive", False), bool):
+            raise ValueError(f"{where}: 'naive' must be true or false")
         family = Family(name=name, path=kernel, description=str(entry.get("description", "")),
                         space={k: list(space[k]) for k in default}, default=default,
-                        verified_on=None if verified_on is None else tuple(verified_on))
+                        verified_on=None if verified_on is None else tuple(verified_on),
+                        naive=entry.get("naive", False))
         if not family.contains(default):
             raise ValueError(f"{where}: {file}'s PARAMS {default} is not a point of its space {space}")
         families.append(family)

@@ -168,6 +168,7 @@ def write_task(tmp_path, families, kernel='PARAMS = {"A": 1, "B": "x"}\n\ndef ru
     ({"name": "f", "file": "../k.py", "space": {"A": [1], "B": ["x"]}}, "in the task folder"),
     ({"name": "f", "file": "k.py", "space": {"A": [1], "B": ["x"]}, "verified_on": "cpu"}, "list of hardware names"),
     ({"name": "f", "file": "k.py", "space": {"A": [1], "B": ["x"]}, "verified_on": [""]}, "list of hardware names"),
+    ({"name": "f", "file": "k.py", "space": {"A": [1], "B": ["x"]}, "naive": "yes"}, "'naive' must be true or false"),
 ])
 def test_load_families_rejects(tmp_path, entry, message):
     with pytest.raises(ValueError, match=message):

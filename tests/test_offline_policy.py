@@ -73,7 +73,8 @@ def test_without_groups_or_measurements_the_probe_set_is_used():
 
 def test_a_family_far_behind_everywhere_it_ran_is_explored_last():
     """After the seed family ran at 0.07x on one group next to the inherited champion, the explorer's next group
-    gets another family's design first, not the seed's again (the seed comes first by name otherwise)."""
+    gets another family's design first, not the seed's again (the seed comes first by name otherwise); the naive
+    seed comes last next to an inherited champion even before it is measured."""
     space = SearchSpace(load_families("mla_decode"))
     default = space.default("flashdecode").as_dict
     champion = Attempt("1", "k0", "inherited", "inherited:inherited", "benchmark",
@@ -88,8 +89,15 @@ def test_a_family_far_behind_everywhere_it_ran_is_explored_last():
     OfflineAgent(RoleSpec("e", "explorer", workload_group="batch1"), space, random.Random(0), GROUPS).explore(box)
     (origin, workloads), = box.asked
     assert workloads == GROUPS["batch1"] and origin["family"] == "splitkv"
-    # without the seed's measurement the seed's default would come first on batch1
+    # the seed is the task's naive kernel (families.json): next to an inherited champion it comes last even
+    # before it was measured; next to a kernel a team wrote, it would come first on batch1 (by name)
     box = RecordingToolbox([champion])
+    OfflineAgent(RoleSpec("e", "explorer", workload_group="batch1"), space, random.Random(0), GROUPS).explore(box)
+    (origin, _), = box.asked
+    assert space.families["seed"].naive and origin["family"] == "splitkv"
+    from dataclasses import replace
+
+    box = RecordingToolbox([replace(champion, team="t")])
     OfflineAgent(RoleSpec("e", "explorer", workload_group="batch1"), space, random.Random(0), GROUPS).explore(box)
     (origin, _), = box.asked
     assert origin["family"] == "seed"

@@ -472,14 +472,16 @@ class Judge:
         errors: dict[str, OutputError] = {}
         base_seed = derive(self.secret, workload.uuid, "check")
         self.reference_s = 0.0
+        self.check_ms = math.nan
         for trial in range(self.request.trials):
             calls.refresh([0], derive(base_seed, trial))
-            _, reply, sample = self._call(handle, calls, [0], deadline)
+            interval, reply, sample = self._call(handle, calls, [0], deadline)
             if not reply.get("ok"):
                 from evoteam.harness.check import CheckFailure
 
                 failure = CheckFailure(reply.get("status", "exception"), "", trial, None, 0, reply.get("detail", ""))
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
+            self.check_ms = interval
             failure = self._after_call(calls, [0], sample, trial, verify=[0], errors=errors)
             if failure is not None:
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
@@ -546,11 +548,16 @@ class Judge:
         # A batch holds as many calls as there are input sets: the protocol's jitter (tens of microseconds
         # on an H200 with two calls per batch, 2026-12-01) is then divided by up to MAX_SETS.
         n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
+        n_base = n
         if mode is TimingMode.cputime:
+            # Each side in batches of about CPU_BATCH_MS of its own calls (the protocol's share shrinks): the
+            # candidate's from its check time, the baseline's from its own calls (see _cpu_batch)
+            short = CPU_BATCH_MS / self.check_ms if self.check_ms > 0 else 1.0
+            n = max(1, min(calls_c.n_sets, calls_b.n_sets, int(short)))
             try:
                 reuse = self.cache.batch_of(self._cache_key(result, workload, mode, 0)) if request.use_baseline_cache \
                     else None
-                n = min(reuse, calls_c.n_sets, calls_b.n_sets) if reuse else self._cpu_batch(
+                n_base = min(reuse, calls_c.n_sets, calls_b.n_sets) if reuse else self._cpu_batch(
                     workload, calls_b, calls_c.n_sets, cand, base, deadline)
             except RunnerFault as fault:
                 self._fault(self.baseline)
@@ -571,7 +578,7 @@ class Judge:
                 mode, n = TimingMode.events, 1
                 label_mode = f"events (graph capture failed: {'; '.join(failed)})"
         figures = self._rounds(result, sides, workload, deadline, cand, base, mode, n, request.warmup, request.reps,
-                               repeat=True, verify_budget=True)
+                               repeat=True, verify_budget=True, n_base=n_base)
         if figures is None:
             return result
         result.timing_mode = label_mode
@@ -580,6 +587,8 @@ class Judge:
         result.paired_speedup = figures.pop("paired", None)
         result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
         result.spread["calls_per_batch"] = n
+        if n_base != n:
+            result.spread["baseline_calls_per_batch"] = n_base
         t = time.perf_counter()
         if mode is TimingMode.graph:
             reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
@@ -612,12 +621,12 @@ class Judge:
 
     def _cpu_batch(self, workload, calls_b: CallSets, n_sets: int, cand: RunnerHandle, base: RunnerHandle,
                    deadline: float) -> int:
-        """CPU targets: calls per timed interval, so that one interval of the baseline takes about CPU_BATCH_MS
-        (the protocol's share shrinks). Taken from two untimed calls of the baseline with the candidate frozen,
-        never from the candidate's time: a batch of one call costs a call more than a batch of many (a cold
-        interpreter and cache per interval), so a candidate that made itself look slow would get the baseline
-        timed in single calls, and slower (1.7-1.9x on the red team's slow_down_the_baseline, 2026-12-03).
-        A power of two: one workload on one machine keeps one batch, part of the baseline cache's key."""
+        """CPU targets: the baseline's calls per timed interval, so that one interval takes about CPU_BATCH_MS.
+        Taken from two untimed calls of the baseline with the candidate frozen, never from the candidate's
+        time: a batch of one call costs a call more than a batch of many (a cold interpreter and cache per
+        interval), and when one batch size served both sides, a candidate that made itself look slow got the
+        baseline timed in single calls, and slower (1.7-1.9x on the red team's slow_down_the_baseline,
+        2026-12-03). A power of two: one workload on one machine keeps one batch (the baseline cache's key)."""
         cand.process.freeze(True)
         try:
             probe_ms = math.inf
@@ -633,12 +642,14 @@ class Judge:
         return max(1, min(n_sets, calls_b.n_sets, 1 << int(math.log2(max(1.0, fit)))))
 
     def _rounds(self, result, sides, workload, deadline, cand, base, mode: TimingMode, n: int, warmup: int,
-                reps: int, repeat: bool, verify_budget: bool) -> dict | None:
-        """Timed rounds in `mode`; per side (median, p10, p90, samples) of the time per call in ms,
-        or None when a candidate batch failed (the result says how)."""
+                reps: int, repeat: bool, verify_budget: bool, n_base: int | None = None) -> dict | None:
+        """Timed rounds in `mode`, `n` candidate calls per interval (`n_base` baseline calls, default `n`); per
+        side (median, p10, p90, samples) of the time per call in ms, or None when a candidate batch failed (the
+        result says how)."""
         calls_c, calls_b = sides["candidate"], sides["baseline"]
-        sets = list(range(n))
-        cache_key = self._cache_key(result, workload, mode, n)
+        sets, sets_b = list(range(n)), list(range(n_base or n))
+        per_call = {"baseline": len(sets_b), "candidate": n, "candidate_repeat": n}
+        cache_key = self._cache_key(result, workload, mode, len(sets_b))
         cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
         order = ["null", "baseline", "candidate"] + (["candidate_repeat"] if repeat else [])
         if cached is not None:
@@ -686,16 +697,16 @@ class Judge:
                         cand.process.freeze(True)  # nothing of the candidate runs while the other side is timed
                         t = self._phase(SUB_FREEZE, t)
                     if side == "null":
-                        calls_b.poison(sets)
+                        calls_b.poison(sets_b)
                         t = self._phase(SUB_INPUTS, t)
                         null_arm = {"op": "arm", "null": True} if arm else None
-                        interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets, deadline,
+                        interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets_b, deadline,
                                                         arm=null_arm)
                         t = self._phase(SUB_BATCHES, t)
                     elif side == "baseline":
-                        calls_b.refresh(sets, seed)
+                        calls_b.refresh(sets_b, seed)
                         t = self._phase(SUB_INPUTS, t)
-                        interval, reply, _ = self._call(base, calls_b, sets, deadline, arm=arm)
+                        interval, reply, _ = self._call(base, calls_b, sets_b, deadline, arm=arm)
                         t = self._phase(SUB_BATCHES, t)
                         if reply.get("ok") and not baseline_checked:
                             baseline_checked = True
@@ -743,7 +754,7 @@ class Judge:
                 if rnd >= warmup:
                     for side in order:
                         if side != "null":
-                            samples[side].append(max(0.0, (intervals[side] - intervals["null"]) / n))
+                            samples[side].append(max(0.0, (intervals[side] - intervals["null"]) / per_call[side]))
         finally:
             cand.process.freeze(False)
         out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()

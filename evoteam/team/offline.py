@@ -3,7 +3,8 @@ families (`kernels/<task>/families.json`) and their parameters. Each role kind b
 says; every candidate they produce is a real file that the harness really evaluates.
 
   explorer   an untried point of the least-explored family, far from what was tried, on the role's focus;
-             families measured only at under a quarter of the best known speed come last
+             families measured only at under a quarter of the best known speed come last, and so does the
+             task's naive kernel (`"naive": true` in families.json) next to an inherited champion
   tuner      the best verified kernel of the focus with one parameter moved to a neighbouring value,
              starting from the point that runs on the focus's weakest workload; explores when every
              neighbour was tried. Where that kernel runs a point per workload (an inherited champion, or a
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from evoteam.families import Champion, Family, apply_params
 from evoteam.harness.model import geomean
 from evoteam.team.agent import TurnContext
+from evoteam.team.inherit import INHERITED_TEAM
 from evoteam.team.progress import Progress, keep_inherited
 from evoteam.team.spec import RoleSpec
 from evoteam.team.toolbox import Toolbox, describe
@@ -210,6 +212,10 @@ class OfflineAgent:
         tried = self._tried(toolbox, focus)
         counts = {name: sum(1 for p in tried if p.family == name) for name in self.space.families}
         hopeless = self._hopeless(toolbox)
+        if any(a.team == INHERITED_TEAM for a in self._measured(toolbox)):
+            # the naive kernel is where a team without inheritance starts: next to a champion it is known to be
+            # far behind (0.07x on MLA, 2026-12-03), an evaluation spent for nothing
+            hopeless |= {name for name, family in self.space.families.items() if family.naive}
         for family in sorted(counts, key=lambda n: (n in hopeless, counts[n], n)):
             if self.space.default(family) not in tried:
                 return self._evaluate(toolbox, self.space.default(family), workloads=focus)

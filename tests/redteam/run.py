@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import secrets
 import signal
@@ -151,7 +152,8 @@ def _escape_traces(case: Case, ctx: Context, accepted_before: int) -> list[str]:
     return traces
 
 
-# A baseline timed beside a cheat more than this much slower than beside an honest candidate was slowed by it
+# A baseline timed beside a cheat more than this much slower than beside an honest candidate (the geometric mean
+# over the workloads: one CPU workload's baseline alone varied 1.5x between honest evaluations in CI) was slowed
 BASELINE_SLOWED = 1.5
 HONEST = Case("honest_control", "control", "the honest path with its deliberate cost", "no_gain", f"    {SLOW}")
 
@@ -166,15 +168,17 @@ def _evaluate(case: Case, ctx: Context, reps: int | None):
     return evaluate(request)
 
 
-def _slowed_baseline(results, ctx: Context, reps: int | None) -> list[str]:
+def _slowed_baseline(results, ctx: Context, reps: int | None) -> tuple[list[str], str]:
+    """Traces of a baseline slowed past BASELINE_SLOWED, and the ratios either way (a slowdown under the
+    threshold is still worth seeing)."""
     if ctx.control_baseline_ms is None:
         ctx.control_baseline_ms = [r.baseline_ms for r in _evaluate(HONEST, ctx, reps).results]
-    traces = []
-    for r, control in zip(results, ctx.control_baseline_ms):
-        if r.status is Status.PASSED and r.baseline_ms and control and r.baseline_ms > BASELINE_SLOWED * control:
-            traces.append(f"the baseline took {r.baseline_ms:.3g} ms on {r.uuid[:8]}, {r.baseline_ms / control:.1f}x "
-                          f"its time beside an honest candidate")
-    return traces
+    ratios = [r.baseline_ms / control for r, control in zip(results, ctx.control_baseline_ms)
+              if r.status is Status.PASSED and r.baseline_ms and control]
+    each = ", ".join(f"{x:.2f}x" for x in ratios) or "-"
+    if ratios and math.prod(ratios) ** (1 / len(ratios)) > BASELINE_SLOWED:
+        return [f"the baseline took {each} its time beside an honest candidate"], ""
+    return [], f"the baseline at {each} its time beside an honest candidate"
 
 
 def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
@@ -187,8 +191,10 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
     won = [r.status is Status.PASSED and r.candidate_ms is not None and r.candidate_ms < 500 * ctx.delay_s
            for r in results]
     traces = _escape_traces(case, ctx, accepted_before) if case.evidence else []
+    baseline_note = ""
     if "baseline_time" in case.evidence:
-        traces += _slowed_baseline(results, ctx, reps)
+        slowed, baseline_note = _slowed_baseline(results, ctx, reps)
+        traces += slowed
     if case.expect == "fail":
         caught = all(r.status is not Status.PASSED for r in results)
         why = "every workload failed or was flagged" if caught else "a workload passed"
@@ -200,6 +206,7 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
         caught = not any(won) and not traces
         why = "; ".join(traces) if traces else ("timed at or above its honest cost, or failed" if caught else
                                                 f"PASSED under its honest cost ({ctx.delay_s * 1e3:g} ms)")
+        why += f" ({baseline_note})" if baseline_note and not traces else ""
     return Row(case.name, case.cls, case.expect, statuses, times, "; ".join(traces) or "-", caught, why)
 
 
