@@ -25,18 +25,16 @@ def test_keys_keep_versions_and_modes_apart(tmp_path):
     assert hardware_fingerprint("cpu").startswith("cpu:")
 
 
-def test_the_batch_keeps_entries_apart_and_is_found_for_reuse(tmp_path):
+def test_the_batch_keeps_entries_apart(tmp_path):
+    """A baseline timed one call per interval is slower than in batches: it serves only evaluations timed so."""
     cache = BaselineCache(tmp_path / "t.jsonl")
-    old = Key("cpu", "2.11", "cputime", "reference", "w1")  # an entry from before batches were kept: batch 0
-    cache.put(old, 0.5)
-    assert cache.batch_of(old) is None
+    cache.put(Key("cpu", "2.11", "cputime", "reference", "w1"), 0.5)  # from before batches were kept: batch 0
+    cache.put(Key("cpu", "2.11", "cputime", "reference", "w1", batch=1), 0.7)
     cache.put(Key("cpu", "2.11", "cputime", "reference", "w1", batch=8), 0.3)
-    cache.put(Key("cpu", "2.11", "cputime", "reference", "w1", batch=16), 0.25)
-    cache.put(Key("cpu", "2.11", "cputime", "reference", "w2", batch=4), 0.9)
     assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=8)) == 0.3
-    assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=1)) is None
-    assert cache.batch_of(old) == 16  # the newest
-    assert cache.batch_of(Key("cpu", "2.11", "cputime", "reference", "w2", batch=99)) == 4
+    assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=1)) == 0.7
+    assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=16)) is None
+    assert cache.batches(Key("cpu", "2.11", "cputime", "reference", "w1", batch=16)) == {1, 8}
 
 
 def test_quick_evaluation_reuses_the_cached_baseline():

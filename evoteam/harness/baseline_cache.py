@@ -60,16 +60,11 @@ class BaselineCache:
     def get(self, key: Key) -> float | None:
         return self._load().get(_key_str(key))
 
-    def batch_of(self, key: Key) -> int | None:
-        """The batch of the newest entry for `key`'s workload, mode and library, whatever its batch: a CPU
-        evaluation that reuses the cache takes that batch rather than probe the baseline again (a probe near
-        a power of two could pick the other and miss the entry)."""
-        found, want = None, replace(key, batch=0)
-        for obj in read_journal(self.path):
-            entry = Key(**obj["key"])
-            if entry.batch and replace(entry, batch=0) == want:
-                found = entry.batch
-        return found
+    def batches(self, key: Key) -> set[int]:
+        """The batches with a cached time for `key`'s workload, mode and library, whatever `key`'s own batch."""
+        want = replace(key, batch=0)
+        keys = (Key(**obj["key"]) for obj in read_journal(self.path))
+        return {k.batch for k in keys if k.batch and replace(k, batch=0) == want}
 
     def put(self, key: Key, median_ms: float) -> None:
         # Appending keeps the file valid if interrupted; the last entry for a key wins.

@@ -548,21 +548,19 @@ class Judge:
         # A batch holds as many calls as there are input sets: the protocol's jitter (tens of microseconds
         # on an H200 with two calls per batch, 2026-12-01) is then divided by up to MAX_SETS.
         n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
-        n_base = n
-        if mode is TimingMode.cputime:
-            # Each side in batches of about CPU_BATCH_MS of its own calls (the protocol's share shrinks): the
-            # candidate's from its check time, the baseline's from its own calls (see _cpu_batch)
+        if mode is TimingMode.cputime:  # short calls in batches of about CPU_BATCH_MS: the protocol's share shrinks
+            # One batch for both sides, so both share each interval's fixed cost alike. It follows the candidate's
+            # check time: a candidate that looks slow gets single calls, which raise both sides' times (the
+            # baseline's 1.7-1.9x on the red team's slow_down_the_baseline) and draw its speedup towards 1, never
+            # across it. Sizing both by the baseline instead timed slow candidates in batches several times too
+            # long; sizing each side by its own calls made the comparison unequal (2026-12-03).
             short = CPU_BATCH_MS / self.check_ms if self.check_ms > 0 else 1.0
             n = max(1, min(calls_c.n_sets, calls_b.n_sets, int(short)))
-            try:
-                reuse = self.cache.batch_of(self._cache_key(result, workload, mode, 0)) if request.use_baseline_cache \
-                    else None
-                n_base = min(reuse, calls_c.n_sets, calls_b.n_sets) if reuse else self._cpu_batch(
-                    workload, calls_b, calls_c.n_sets, cand, base, deadline)
-            except RunnerFault as fault:
-                self._fault(self.baseline)
-                result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
-                return result
+            if request.use_baseline_cache:  # a baseline cached at a batch within 2x of this one: both sides at that
+                key = Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
+                          result.baseline, workload.uuid)
+                near = [b for b in self.cache.batches(key) if n / 2 <= b <= min(2 * n, calls_c.n_sets, calls_b.n_sets)]
+                n = min(near, key=lambda b: abs(b - n)) if near else n
         label_mode = mode.value
         if mode is TimingMode.cputime and (cand.process.cpu_usec() is None or base.process.cpu_usec() is None):
             label_mode = "wallclock (no cgroup of the runner's own: the host clock)"
@@ -578,7 +576,7 @@ class Judge:
                 mode, n = TimingMode.events, 1
                 label_mode = f"events (graph capture failed: {'; '.join(failed)})"
         figures = self._rounds(result, sides, workload, deadline, cand, base, mode, n, request.warmup, request.reps,
-                               repeat=True, verify_budget=True, n_base=n_base)
+                               repeat=True, verify_budget=True)
         if figures is None:
             return result
         result.timing_mode = label_mode
@@ -587,8 +585,6 @@ class Judge:
         result.paired_speedup = figures.pop("paired", None)
         result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
         result.spread["calls_per_batch"] = n
-        if n_base != n:
-            result.spread["baseline_calls_per_batch"] = n_base
         t = time.perf_counter()
         if mode is TimingMode.graph:
             reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
@@ -615,41 +611,16 @@ class Judge:
             result.detail = "; ".join(result.flags)
         return result
 
-    def _cache_key(self, result: WorkloadResult, workload, mode: TimingMode, batch: int) -> Key:
-        return Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
-                   result.baseline, workload.uuid, batch)
-
-    def _cpu_batch(self, workload, calls_b: CallSets, n_sets: int, cand: RunnerHandle, base: RunnerHandle,
-                   deadline: float) -> int:
-        """CPU targets: the baseline's calls per timed interval, so that one interval takes about CPU_BATCH_MS.
-        Taken from two untimed calls of the baseline with the candidate frozen, never from the candidate's
-        time: a batch of one call costs a call more than a batch of many (a cold interpreter and cache per
-        interval), and when one batch size served both sides, a candidate that made itself look slow got the
-        baseline timed in single calls, and slower (1.7-1.9x on the red team's slow_down_the_baseline,
-        2026-12-03). A power of two: one workload on one machine keeps one batch (the baseline cache's key)."""
-        cand.process.freeze(True)
-        try:
-            probe_ms = math.inf
-            for trial in range(2):
-                calls_b.refresh([0], derive(self.secret, workload.uuid, "batch", trial))
-                interval, reply, _ = self._call(base, calls_b, [0], deadline)
-                if not reply.get("ok"):
-                    raise RunnerFault(Status(reply.get("status", "exception")), reply.get("detail", ""))
-                probe_ms = min(probe_ms, interval)
-        finally:
-            cand.process.freeze(False)
-        fit = CPU_BATCH_MS / probe_ms if probe_ms > 0 else float(n_sets)
-        return max(1, min(n_sets, calls_b.n_sets, 1 << int(math.log2(max(1.0, fit)))))
-
     def _rounds(self, result, sides, workload, deadline, cand, base, mode: TimingMode, n: int, warmup: int,
-                reps: int, repeat: bool, verify_budget: bool, n_base: int | None = None) -> dict | None:
-        """Timed rounds in `mode`, `n` candidate calls per interval (`n_base` baseline calls, default `n`); per
-        side (median, p10, p90, samples) of the time per call in ms, or None when a candidate batch failed (the
-        result says how)."""
+                reps: int, repeat: bool, verify_budget: bool) -> dict | None:
+        """Timed rounds in `mode`; per side (median, p10, p90, samples) of the time per call in ms,
+        or None when a candidate batch failed (the result says how)."""
         calls_c, calls_b = sides["candidate"], sides["baseline"]
-        sets, sets_b = list(range(n)), list(range(n_base or n))
-        per_call = {"baseline": len(sets_b), "candidate": n, "candidate_repeat": n}
-        cache_key = self._cache_key(result, workload, mode, len(sets_b))
+        sets = list(range(n))
+        # The batch is in the key: a lone call pays a cold interpreter and cache that a batch shares, so a baseline
+        # timed one call per interval (beside a candidate slow enough for that) serves only such evaluations
+        cache_key = Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
+                        result.baseline, workload.uuid, batch=n)
         cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
         order = ["null", "baseline", "candidate"] + (["candidate_repeat"] if repeat else [])
         if cached is not None:
@@ -697,16 +668,16 @@ class Judge:
                         cand.process.freeze(True)  # nothing of the candidate runs while the other side is timed
                         t = self._phase(SUB_FREEZE, t)
                     if side == "null":
-                        calls_b.poison(sets_b)
+                        calls_b.poison(sets)
                         t = self._phase(SUB_INPUTS, t)
                         null_arm = {"op": "arm", "null": True} if arm else None
-                        interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets_b, deadline,
+                        interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets, deadline,
                                                         arm=null_arm)
                         t = self._phase(SUB_BATCHES, t)
                     elif side == "baseline":
-                        calls_b.refresh(sets_b, seed)
+                        calls_b.refresh(sets, seed)
                         t = self._phase(SUB_INPUTS, t)
-                        interval, reply, _ = self._call(base, calls_b, sets_b, deadline, arm=arm)
+                        interval, reply, _ = self._call(base, calls_b, sets, deadline, arm=arm)
                         t = self._phase(SUB_BATCHES, t)
                         if reply.get("ok") and not baseline_checked:
                             baseline_checked = True
@@ -754,7 +725,7 @@ class Judge:
                 if rnd >= warmup:
                     for side in order:
                         if side != "null":
-                            samples[side].append(max(0.0, (intervals[side] - intervals["null"]) / per_call[side]))
+                            samples[side].append(max(0.0, (intervals[side] - intervals["null"]) / n))
         finally:
             cand.process.freeze(False)
         out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()
