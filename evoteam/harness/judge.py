@@ -551,15 +551,15 @@ class Judge:
         if mode is TimingMode.cputime:  # short calls in batches of about CPU_BATCH_MS: the protocol's share shrinks
             # One batch for both sides, so both share each interval's fixed cost alike. It follows the candidate's
             # check time: a candidate that looks slow gets single calls, which raise both sides' times (the
-            # baseline's 1.7-1.9x on the red team's slow_down_the_baseline) and draw its speedup towards 1, never
-            # across it. Sizing both by the baseline instead timed slow candidates in batches several times too
-            # long; sizing each side by its own calls made the comparison unequal (2026-12-03).
+            # baseline's 1.7-1.9x on the red team's slow_down_the_baseline) and should draw its speedup towards 1,
+            # not across it (reasoned, not measured). Sizing both by the baseline instead timed slow candidates in
+            # batches several times too long; sizing each side by its own calls made the comparison unequal
+            # (2026-12-03).
             short = CPU_BATCH_MS / self.check_ms if self.check_ms > 0 else 1.0
             n = max(1, min(calls_c.n_sets, calls_b.n_sets, int(short)))
             if request.use_baseline_cache:  # a baseline cached at a batch within 2x of this one: both sides at that
-                key = Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
-                          result.baseline, workload.uuid)
-                near = [b for b in self.cache.batches(key) if n / 2 <= b <= min(2 * n, calls_c.n_sets, calls_b.n_sets)]
+                cached = self.cache.batches(self._cache_key(result, workload, mode, 0))
+                near = [b for b in cached if n / 2 <= b <= min(2 * n, calls_c.n_sets, calls_b.n_sets)]
                 n = min(near, key=lambda b: abs(b - n)) if near else n
         label_mode = mode.value
         if mode is TimingMode.cputime and (cand.process.cpu_usec() is None or base.process.cpu_usec() is None):
@@ -611,6 +611,10 @@ class Judge:
             result.detail = "; ".join(result.flags)
         return result
 
+    def _cache_key(self, result: WorkloadResult, workload, mode: TimingMode, batch: int) -> Key:
+        return Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
+                   result.baseline, workload.uuid, batch)
+
     def _rounds(self, result, sides, workload, deadline, cand, base, mode: TimingMode, n: int, warmup: int,
                 reps: int, repeat: bool, verify_budget: bool) -> dict | None:
         """Timed rounds in `mode`; per side (median, p10, p90, samples) of the time per call in ms,
@@ -619,8 +623,7 @@ class Judge:
         sets = list(range(n))
         # The batch is in the key: a lone call pays a cold interpreter and cache that a batch shares, so a baseline
         # timed one call per interval (beside a candidate slow enough for that) serves only such evaluations
-        cache_key = Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
-                        result.baseline, workload.uuid, batch=n)
+        cache_key = self._cache_key(result, workload, mode, n)
         cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
         order = ["null", "baseline", "candidate"] + (["candidate_repeat"] if repeat else [])
         if cached is not None:
