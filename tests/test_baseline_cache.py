@@ -1,8 +1,9 @@
 """Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline, workload,
-calls per timed interval)."""
+calls per timed interval and how they were chosen)."""
 
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.executor import evaluate
+from evoteam.harness.judge import BATCH_RULE
 from evoteam.harness.model import EvalRequest
 from evoteam.task import load_task
 
@@ -35,6 +36,16 @@ def test_the_batch_keeps_entries_apart(tmp_path):
     assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=1)) == 0.7
     assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=16)) is None
     assert cache.batches(Key("cpu", "2.11", "cputime", "reference", "w1", batch=16)) == {1, 8}
+
+
+def test_entries_of_another_batch_rule_never_serve(tmp_path):
+    """CPU batches chosen by the candidate's check time (before the judge chose them from the baseline's own
+    calls) carry no rule: they serve no evaluation of the judge's rule, whatever their batch."""
+    cache = BaselineCache(tmp_path / "t.jsonl")
+    cache.put(Key("cpu", "2.11", "cputime", "reference", "w1", batch=1), 0.7)  # the old rule's, beside a slow-looking candidate
+    cache.put(Key("cpu", "2.11", "cputime", "reference", "w1", batch=8, batch_rule=BATCH_RULE), 0.3)
+    assert cache.get(Key("cpu", "2.11", "cputime", "reference", "w1", batch=1, batch_rule=BATCH_RULE)) is None
+    assert cache.batches(Key("cpu", "2.11", "cputime", "reference", "w1", batch_rule=BATCH_RULE)) == {8}
 
 
 def test_quick_evaluation_reuses_the_cached_baseline():

@@ -237,6 +237,27 @@ def test_the_same_kernel_measured_again_lands_within_20_percent_on_cpu(small_uui
         assert max(values) / min(values) < 1.2, (uuid[:8], values)
 
 
+def test_a_cpu_baseline_is_batched_by_its_own_calls_not_the_candidates(tmp_path, small_uuids):
+    """A CPU target times short calls in batches (calls per interval). When that batch followed the candidate's
+    check time, a candidate that looked slow in its checks had the baseline timed one call per interval, where a
+    lone call pays a cold interpreter and cache: the baseline at 1.7-1.9x its time (the red team's
+    slow_down_the_baseline, 2026-12-03). The baseline's batch now comes from its own untimed calls, the
+    candidate frozen; a candidate that looks slow only gets fewer calls of its own per interval."""
+    (tmp_path / "slow_checks.py").write_text(variant(
+        "burns 30 ms of CPU in each of its three checks, then runs at its honest speed",
+        "import time\n\n_calls = []\n",
+        "    _calls.append(1)\n    if len(_calls) <= 3:\n        end = time.process_time() + 0.03\n"
+        "        while time.process_time() < end:\n            pass\n"))
+    (honest,) = evaluate(_request("mla_torch.py", small_uuids[:1]), timeout_s=120).results
+    (slow,) = evaluate(_request("slow_checks.py", small_uuids[:1], tmp_path, static_scan=False), timeout_s=120).results
+    assert honest.status == slow.status == "PASSED", (honest.detail, slow.detail)
+    assert honest.spread["calls_per_batch"] == honest.spread["baseline_calls_per_batch"] > 1
+    assert slow.spread["calls_per_batch"] == 1  # 30 ms per call looked too slow for more than one per interval
+    # the baseline's batch is its own (a power of two from two calls: one step apart at most between evaluations)
+    assert slow.spread["baseline_calls_per_batch"] >= honest.spread["baseline_calls_per_batch"] // 2 > 0
+    assert slow.baseline_ms < 1.4 * honest.baseline_ms, (slow.baseline_ms, honest.baseline_ms)
+
+
 def test_a_cpu_target_times_both_sides_on_one_cpu_the_candidate_cannot_leave(tmp_path, small_uuids):
     """The judge flushes the caches of one CPU before each call; a candidate that moved to another core
     would find its data in that core's private cache. A cpuset holds the runner: asking the kernel for

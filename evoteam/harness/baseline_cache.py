@@ -1,5 +1,5 @@
 """Baseline timings cached per (hardware fingerprint, library version, timing mode, baseline,
-workload, calls per timed interval), so quick evaluations need not re-time the library kernel;
+workload, calls per timed interval and how they were chosen), so quick evaluations need not re-time the library kernel;
 re-measured on request.
 
 Reports that compare a candidate with a baseline always time both side by side; the cache is
@@ -41,6 +41,7 @@ class Key:
     baseline: str
     workload: str
     batch: int = 0  # calls per timed interval: a batch of one costs a call more than a batch of many (CPU)
+    batch_rule: str = ""  # how the judge chose that batch (CPU); entries of another rule never match
 
 
 def _key_str(key: Key) -> str:

@@ -71,7 +71,8 @@ VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at 
 MIN_VERIFIED = 8
 SECOND_FIGURE_ROUNDS = 8
 DISAGREE_REL, DISAGREE_ABS_MS = 0.25, 0.002  # judge vs runner device time, per call
-CPU_BATCH_MS = 10.0  # CPU targets: calls per timed interval so that one interval takes about this long
+CPU_BATCH_MS = 10.0  # CPU targets: calls per timed interval so that one interval of the baseline takes about this long
+CPU_SLOW_BATCH_MS = 20.0  # ... and the candidate the same calls, unless that would take longer than this (then fewer)
 # CPU targets: a shared host's cache and memory make one round's ratio vary by 20% or more (a batch-1
 # workload on the CI machine: 0.74-2.03x within one evaluation, 2026-12-02), so rounds go on, up to
 # CPU_MAX_FACTOR times the rounds asked for, until the median's 95% interval spans at most CPU_CI_WIDTH of it
@@ -80,6 +81,9 @@ CPU_BATCH_MS = 10.0  # CPU targets: calls per timed interval so that one interva
 # Extra rounds stop once the rounds would pass CPU_EXTEND_S: a candidate 100x slower than its baseline (Triton's
 # interpreter: 0.2-0.6 s a call) gains nothing from a closer figure, and took 3x the time with it.
 CPU_MAX_FACTOR, CPU_CI_WIDTH, CPU_EXTRA_ROUNDS, CPU_EXTEND_S = 3, 0.12, 6, 10.0
+# CPU targets: how the baseline's batch is chosen, part of the baseline cache's key: times cached while the batch
+# followed the candidate's check time (before 2026-12-04, no rule) never serve an evaluation
+BATCH_RULE = "baseline-probe"
 IDLE_FACTOR, IDLE_SLACK_MS = 3.0, 2.0  # CPU targets: host-clock time above this is waiting, not work
 LOAD_TIMEOUT_S = 600.0
 GPU_HOST_THREADS = 8
@@ -548,19 +552,21 @@ class Judge:
         # A batch holds as many calls as there are input sets: the protocol's jitter (tens of microseconds
         # on an H200 with two calls per batch, 2026-12-01) is then divided by up to MAX_SETS.
         n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
-        if mode is TimingMode.cputime:  # short calls in batches of about CPU_BATCH_MS: the protocol's share shrinks
-            # One batch for both sides, so both share each interval's fixed cost alike. It follows the candidate's
-            # check time: a candidate that looks slow gets single calls, which raise both sides' times (the
-            # baseline's 1.7-1.9x on the red team's slow_down_the_baseline) and should draw its speedup towards 1,
-            # not across it (reasoned, not measured). Sizing both by the baseline instead timed slow candidates in
-            # batches several times too long; sizing each side by its own calls made the comparison unequal
-            # (2026-12-03).
-            short = CPU_BATCH_MS / self.check_ms if self.check_ms > 0 else 1.0
-            n = max(1, min(calls_c.n_sets, calls_b.n_sets, int(short)))
-            if request.use_baseline_cache:  # a baseline cached at a batch within 2x of this one: both sides at that
-                cached = self.cache.batches(self._cache_key(result, workload, mode, 0))
-                near = [b for b in cached if n / 2 <= b <= min(2 * n, calls_c.n_sets, calls_b.n_sets)]
-                n = min(near, key=lambda b: abs(b - n)) if near else n
+        n_base = n
+        if mode is TimingMode.cputime:  # short calls in batches: the protocol's share shrinks
+            try:
+                n_base = self._cpu_batch(result, workload, mode, calls_b, calls_c.n_sets, cand, base, deadline)
+            except RunnerFault as fault:
+                self._fault(self.baseline)
+                result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
+                return result
+            n = n_base
+            if self.check_ms > 0 and n * self.check_ms > CPU_SLOW_BATCH_MS:
+                # A candidate much slower than its baseline: fewer calls of its own per interval, so that its
+                # evaluation does not grow with the baseline's batch (an agent's tool call has a time limit). A
+                # smaller batch only adds the interval's fixed cost to the candidate's own calls: a candidate
+                # that makes itself look slow gains nothing by it, and the baseline's batch is not its to move.
+                n = max(1, min(n_base, int(CPU_SLOW_BATCH_MS / self.check_ms)))
         label_mode = mode.value
         if mode is TimingMode.cputime and (cand.process.cpu_usec() is None or base.process.cpu_usec() is None):
             label_mode = "wallclock (no cgroup of the runner's own: the host clock)"
@@ -574,9 +580,10 @@ class Judge:
             self._phase("timing: graph capture", t)
             if failed:
                 mode, n = TimingMode.events, 1
+                n_base = n
                 label_mode = f"events (graph capture failed: {'; '.join(failed)})"
         figures = self._rounds(result, sides, workload, deadline, cand, base, mode, n, request.warmup, request.reps,
-                               repeat=True, verify_budget=True)
+                               repeat=True, verify_budget=True, n_base=n_base)
         if figures is None:
             return result
         result.timing_mode = label_mode
@@ -584,7 +591,7 @@ class Judge:
             figures["baseline"][0], figures["candidate"][0], figures["candidate_repeat"][0])
         result.paired_speedup = figures.pop("paired", None)
         result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
-        result.spread["calls_per_batch"] = n
+        result.spread["calls_per_batch"], result.spread["baseline_calls_per_batch"] = n, n_base
         t = time.perf_counter()
         if mode is TimingMode.graph:
             reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
@@ -613,17 +620,46 @@ class Judge:
 
     def _cache_key(self, result: WorkloadResult, workload, mode: TimingMode, batch: int) -> Key:
         return Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
-                   result.baseline, workload.uuid, batch)
+                   result.baseline, workload.uuid, batch, BATCH_RULE if mode is TimingMode.cputime else "")
+
+    def _cpu_batch(self, result: WorkloadResult, workload, mode: TimingMode, calls_b: CallSets, n_sets: int,
+                   cand: RunnerHandle, base: RunnerHandle, deadline: float) -> int:
+        """CPU targets: the baseline's calls per timed interval, so that one interval takes about CPU_BATCH_MS, from
+        two untimed calls of the baseline with the candidate frozen: never from anything the candidate does. A lone
+        call pays a cold interpreter and cache that a batch shares, so when the batch followed the candidate's check
+        time, a candidate that made itself look slow had the baseline timed in single calls, 1.7-1.9x slower (the red
+        team's slow_down_the_baseline, 2026-12-03). A power of two, so one workload on one machine keeps one batch;
+        a quick evaluation takes the largest batch the baseline cache holds for it, all of them chosen so."""
+        limit = min(n_sets, calls_b.n_sets)
+        if self.request.use_baseline_cache:
+            cached = [b for b in self.cache.batches(self._cache_key(result, workload, mode, 0)) if b <= limit]
+            if cached:
+                return max(cached)
+        cand.process.freeze(True)
+        try:
+            probe_ms = math.inf
+            for trial in range(2):
+                calls_b.refresh([0], derive(self.secret, workload.uuid, "batch", trial))
+                interval, reply, _ = self._call(base, calls_b, [0], deadline)
+                if not reply.get("ok"):
+                    raise RunnerFault(Status(reply.get("status", "exception")), reply.get("detail", ""))
+                probe_ms = min(probe_ms, interval)
+        finally:
+            cand.process.freeze(False)
+        fit = CPU_BATCH_MS / probe_ms if probe_ms > 0 else float(limit)
+        return max(1, min(limit, 1 << int(math.log2(max(1.0, fit)))))
 
     def _rounds(self, result, sides, workload, deadline, cand, base, mode: TimingMode, n: int, warmup: int,
-                reps: int, repeat: bool, verify_budget: bool) -> dict | None:
-        """Timed rounds in `mode`; per side (median, p10, p90, samples) of the time per call in ms,
-        or None when a candidate batch failed (the result says how)."""
+                reps: int, repeat: bool, verify_budget: bool, n_base: int | None = None) -> dict | None:
+        """Timed rounds in `mode`, the candidate's batches of `n` calls, the baseline's of `n_base` (default `n`);
+        per side (median, p10, p90, samples) of the time per call in ms, or None when a candidate batch failed (the
+        result says how)."""
         calls_c, calls_b = sides["candidate"], sides["baseline"]
-        sets = list(range(n))
+        n_base = n if n_base is None else n_base
+        sets, sets_b = list(range(n)), list(range(n_base))
         # The batch is in the key: a lone call pays a cold interpreter and cache that a batch shares, so a baseline
         # timed one call per interval (beside a candidate slow enough for that) serves only such evaluations
-        cache_key = self._cache_key(result, workload, mode, n)
+        cache_key = self._cache_key(result, workload, mode, n_base)
         cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
         order = ["null", "baseline", "candidate"] + (["candidate_repeat"] if repeat else [])
         if cached is not None:
@@ -671,16 +707,16 @@ class Judge:
                         cand.process.freeze(True)  # nothing of the candidate runs while the other side is timed
                         t = self._phase(SUB_FREEZE, t)
                     if side == "null":
-                        calls_b.poison(sets)
+                        calls_b.poison(sets_b)
                         t = self._phase(SUB_INPUTS, t)
                         null_arm = {"op": "arm", "null": True} if arm else None
-                        interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets, deadline,
+                        interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets_b, deadline,
                                                         arm=null_arm)
                         t = self._phase(SUB_BATCHES, t)
                     elif side == "baseline":
-                        calls_b.refresh(sets, seed)
+                        calls_b.refresh(sets_b, seed)
                         t = self._phase(SUB_INPUTS, t)
-                        interval, reply, _ = self._call(base, calls_b, sets, deadline, arm=arm)
+                        interval, reply, _ = self._call(base, calls_b, sets_b, deadline, arm=arm)
                         t = self._phase(SUB_BATCHES, t)
                         if reply.get("ok") and not baseline_checked:
                             baseline_checked = True
@@ -728,7 +764,8 @@ class Judge:
                 if rnd >= warmup:
                     for side in order:
                         if side != "null":
-                            samples[side].append(max(0.0, (intervals[side] - intervals["null"]) / n))
+                            calls = n_base if side == "baseline" else n
+                            samples[side].append(max(0.0, (intervals[side] - intervals["null"]) / calls))
         finally:
             cand.process.freeze(False)
         out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()

@@ -354,7 +354,8 @@ CASES = [
         _started.append(1)
         for _ in range(4):
             threading.Thread(target=_burn, daemon=True).start()
-    {SLOW}""", extra="_started = []\n\n\ndef _burn():\n    while True:\n        pass", devices=("cpu",)),
+    {SLOW}""", extra="_started = []\n\n\ndef _burn():\n    while True:\n        pass", devices=("cpu",),
+         evidence=("baseline_time",)),
     Case("slow_down_the_baseline_gpu", "tampering",
          "keeps about 50 ms of GPU work queued on a side stream from a thread: the queue runs on while the runner is "
          "frozen, and the GPU time-slices it with whatever is timed next (the baseline)", "no_gain",
