@@ -64,3 +64,16 @@ _save_autotune() {  # only when there is something to save (an empty archive wou
   [ -n "$found" ] && (cd "$TRITON_CACHE_DIR" && echo "$found" | tar czf "$_autotune_out/autotune.tgz" -T -)
   return 0
 }
+
+# pack_runs ARCHIVE ROOT ITEM...: what a resumed run needs (its folder, the baseline cache, the shared measurements)
+# from ROOT into ARCHIVE, without the candidates' compiled kernels (cache/candidates: about 8 MB per candidate, rebuilt
+# on demand), which pushed the archive past the 16 MiB a file may have to come back from the lent machine (2026-12-04:
+# a team run's state was lost that way). Says so if the archive is still too large.
+pack_runs() {
+  local archive=$1 root=$2; shift 2
+  tar czf "$archive" -C "$root" --exclude=cache/candidates "$@" || return 1
+  local bytes
+  bytes=$(stat -c %s "$archive")
+  [ "$bytes" -lt $((16 * 1024 * 1024)) ] \
+    || echo "warning: $archive is $((bytes / 1048576)) MiB, more than a file may have to come back (16 MiB)" >&2
+}

@@ -27,7 +27,7 @@ else
 fi
 timeout -s INT -k 60 "$seconds" python3 -m evoteam "${args[@]}" 2>&1 | tee -a "$out/$task.log" | grep -v "^  \["
 rc=${PIPESTATUS[0]}
-tar czf "$out/run-$task.tgz" -C "$root" "$task" cache
+pack_runs "$out/run-$task.tgz" "$root" "$task" cache
 case $rc in
   0) echo "=== $task: the run finished" ;;
   124|130) echo "=== $task: stopped after $seconds s; resume with RUN_IN=<this call's run-$task.tgz>" ;;

@@ -50,5 +50,5 @@ for task in $tasks; do
     "${limit[@]}" python3 -m evoteam "${args[@]}" 2>&1 | tee -a "$out/$task-$team.log" | grep -v "^  \[" | tail -60
   done
 done
-(cd "$root" && tar czf "$out/team-runs.tgz" cache $(ls -d ./*-single ./*-fixed4 ./*-evolving 2>/dev/null))
+pack_runs "$out/team-runs.tgz" "$root" cache $(cd "$root" && ls -d ./*-single ./*-fixed4 ./*-evolving 2>/dev/null)
 echo "=== runs packed in team-runs.tgz; a later call resumes the unfinished ones with RUN_IN=<that archive>"
