@@ -56,7 +56,8 @@ def test_correct_candidate_is_timed_against_the_reference(small_uuids):
     assert result.sandbox["mode"] == "strict" and result.sandbox["tool"] == "bubblewrap"
     assert result.sandbox["uid"] == 65534 and result.sandbox["network"].startswith("none")
     assert result.seed_secret and isinstance(result.seed, int)
-    # where the judge's time went, the timing phase split by what it did (each part a positive figure)
+    # where the judge's time went, the timing phase split by what it did (each part a positive figure, printed to
+    # 0.01 s: eight rounded figures stay within 0.05 s of the sum they round)
     phases = dict(re.findall(r"(?:, |by phase: )([a-z: ]+?) ([0-9.]+) s", result.log_tail))
     for part in ("runner start", "checks", "timing", "timing: inputs", "timing: batches",
                  "timing: checks of timed calls", "timing: freezing", "timing: baseline setup",

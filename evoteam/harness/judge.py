@@ -62,7 +62,7 @@ from evoteam.task import load_task
 # where the timing phase's time goes, logged with the phases (judge time by phase): the inputs refreshed or
 # poisoned before each batch, the batches through the protocol (timed intervals and their waits), the checks of
 # timed calls' outputs and inputs, freezing and thawing the candidate around the trusted sides, the baseline's
-# runner and input sets made ready, the runner's own report and the flags
+# runner and input sets made ready (on a CPU, its batch sized), the runner's own report and the flags
 SUB_INPUTS, SUB_BATCHES, SUB_VERIFY, SUB_FREEZE = ("timing: inputs", "timing: batches", "timing: checks of timed calls",
                                                    "timing: freezing")
 SUB_BASELINE, SUB_FLAGS = "timing: baseline setup", "timing: report and flags"
@@ -237,7 +237,7 @@ class Judge:
                 results.append(result)
                 self.on_result(result)
         finally:
-            self.logs.append("judge time by phase: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.phase_s.items()))
+            self.logs.append("judge time by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phase_s.items()))
             self._close_runners()
             shutil.rmtree(self.workdir, ignore_errors=True)
             if self.cpu_lock is not None:
@@ -554,12 +554,15 @@ class Judge:
         n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
         n_base = n
         if mode is TimingMode.cputime:  # short calls in batches: the protocol's share shrinks
+            t = time.perf_counter()
             try:
                 n_base = self._cpu_batch(result, workload, mode, calls_b, calls_c.n_sets, cand, base, deadline)
             except RunnerFault as fault:
                 self._fault(self.baseline)
                 result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
                 return result
+            finally:
+                self._phase(SUB_BASELINE, t)  # sizing the baseline's batch is part of setting it up
             n = n_base
             if self.check_ms > 0 and n * self.check_ms > CPU_SLOW_BATCH_MS:
                 # A candidate much slower than its baseline: fewer calls of its own per interval, so that its
