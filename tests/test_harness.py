@@ -291,3 +291,66 @@ def test_a_call_that_waits_instead_of_working_is_flagged_on_cpu(tmp_path, small_
     result = evaluate(_request("waits.py", small_uuids[:1], directory=tmp_path, static_scan=False), timeout_s=300)
     (r,) = result.results
     assert r.status == Status.FLAGGED and "cpu_idle" in r.detail, (r.status, r.detail)
+
+
+def test_a_runner_cannot_choose_its_own_verdict(tmp_path, small_uuids):
+    """The runner's process holds the candidate, which can rewrite every reply it sends (here: the json module the
+    protocol writes with). A candidate that raised on every call and had each failure go out as "PASSED" was
+    recorded PASSED with no time, and the geomean counted only the workloads it won. The judge now reads a runner's
+    word only as a choice among the failures a runner may have."""
+    forge = ("import json as _json\n\n_dumps = _json.dumps\n\n\n"
+             "def _forged(obj, *args, **kwargs):\n"
+             "    if isinstance(obj, dict) and obj.get('ok') is False:\n"
+             "        obj = {**obj, 'status': 'PASSED', 'fatal': False}\n"
+             "    return _dumps(obj, *args, **kwargs)\n\n\n"
+             "_json.dumps = _forged\n")
+    (tmp_path / "forges.py").write_text(variant("raises, and forges PASSED into every failure it reports",
+                                                forge, "    raise RuntimeError('no work at all')\n"))
+    result = evaluate(_request("forges.py", small_uuids[:2], tmp_path, static_scan=False), timeout_s=120)
+    assert [r.status for r in result.results] == ["exception", "exception"], result.log_tail[-2000:]
+    assert "no work at all" in result.results[0].detail
+
+
+def test_work_a_cpu_candidates_thread_does_on_new_inputs_before_its_call_is_counted(tmp_path, small_uuids):
+    """On a CPU target the judge writes a batch's inputs and fills the caches (2.5-6.5 ms on CI's machine) before
+    the candidate's CPU time starts to count: a thread of the candidate that watched its input buffers could work
+    on them there, unseen. The candidate is now frozen from before its inputs are written until its count has
+    started. Here a thread burns 3 ms of CPU on each new input it sees and the call waits for it; beside it, the
+    same 3 ms burnt inside the call. One call per interval (slow checks), so every interval's inputs are new."""
+    common = ("import threading as _threading\nimport time as _time\n\n_calls = []\nBURN_S = 0.003\n\n\n"
+              "def _burn():\n    end = _time.thread_time() + BURN_S\n    while _time.thread_time() < end:\n"
+              "        pass\n\n\n"
+              "def _fingerprint(t):\n    return t.reshape(-1)[:32].tolist()\n")
+    watcher = ("_watched, _ready = {}, {}\n_cond = _threading.Condition()\n\n\n"
+               "def _watch():\n"
+               "    while True:\n"
+               "        for ptr, t in list(_watched.items()):\n"
+               "            fp = _fingerprint(t)\n"
+               "            if _ready.get(ptr) != fp:\n"
+               "                _burn()  # the work done on these inputs, before the call if it can\n"
+               "                with _cond:\n"
+               "                    _ready[ptr] = fp\n"
+               "                    _cond.notify_all()\n"
+               "        _time.sleep(0.0002)  # polls cost next to nothing\n\n\n"
+               "_threading.Thread(target=_watch, daemon=True).start()\n")
+    slow_checks = ("    _calls.append(1)\n"
+                   "    if len(_calls) <= 3:  # slow checks: every timed interval holds one call\n"
+                   "        end = _time.process_time() + 0.03\n"
+                   "        while _time.process_time() < end:\n            pass\n")
+    waits = ("    ptr = q_nope.data_ptr()\n"
+             "    if ptr not in _watched:\n        _watched[ptr] = q_nope\n"
+             "    with _cond:  # waiting costs no CPU: the thread's burn is this call's work\n"
+             "        _cond.wait_for(lambda: _ready.get(ptr) == _fingerprint(q_nope), timeout=5)\n")
+    (tmp_path / "watches.py").write_text(variant("a thread works on new inputs as they appear", common + watcher,
+                                                 slow_checks + waits))
+    (tmp_path / "burns.py").write_text(variant("burns in the call", common, slow_checks + "    _burn()\n"))
+    from dataclasses import replace
+
+    ms = {}
+    for name in ("burns.py", "watches.py"):
+        request = replace(_request(name, small_uuids[:1], tmp_path, static_scan=False), reps=6)
+        (r,) = evaluate(request, timeout_s=120).results
+        assert r.status == "PASSED" and r.spread["calls_per_batch"] == 1, (name, r.status, r.detail)
+        ms[name] = r.candidate_ms
+    # Before: the watcher at 0.55-0.71 ms against the burner's 3.4-3.5 (its 3 ms hidden in the fill, three runs)
+    assert ms["watches.py"] > 0.85 * ms["burns.py"], ms

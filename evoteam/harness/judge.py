@@ -53,7 +53,7 @@ from evoteam.harness.calls import CallSets
 from evoteam.harness.candidate import Candidate, CandidateError
 from evoteam.harness.check import CheckResult, OutputError
 from evoteam.harness.model import EvalRequest, EvalResult, Status, TimingMode, WorkloadResult
-from evoteam.harness.runners import RunnerFault, RunnerHandle
+from evoteam.harness.runners import RunnerFault, RunnerHandle, claimed_failure
 from evoteam.harness.sandbox import SandboxSpec
 from evoteam.harness.shared import FlagPage
 from evoteam.schema import append_journal
@@ -306,7 +306,7 @@ class Judge:
             reply = handle.ask(self.cand.load_message(root), LOAD_TIMEOUT_S)
             if not reply.get("ok"):
                 handle.close()
-                raise CandidateUnusable(Status(reply.get("status", "compile_error")), reply.get("detail", ""))
+                raise CandidateUnusable(claimed_failure(reply, Status.COMPILE_ERROR), reply.get("detail", ""))
             self.candidate = handle
         return self.candidate
 
@@ -415,7 +415,7 @@ class Judge:
         message, fds = calls.bind_message()
         reply = handle.ask(message, max(1.0, deadline - time.monotonic()), fds=fds)
         if not reply.get("ok"):
-            status = Status(reply.get("status", "exception"))
+            status = claimed_failure(reply, Status.EXCEPTION)
             raise RunnerFault(status, f"binding the workload's buffers failed: {reply.get('detail', '')}")
 
     def _phase(self, name: str, since: float) -> float:
@@ -429,15 +429,19 @@ class Judge:
 
     # ------------------------------------------------------------------ one call or batch through the protocol
     def _call(self, handle: RunnerHandle, calls: CallSets, sets: list[int], deadline: float,
-              arm: dict | None = None) -> tuple[float, dict, object]:
+              arm: dict | None = None, thaw: bool = False) -> tuple[float, dict, object]:
         """One interval: `sets` called (host-launched after the release, or enqueued before it when
-        `arm` is given); returns (interval ms, the runner's answer, the end-mark sample)."""
+        `arm` is given); returns (interval ms, the runner's answer, the end-mark sample). `thaw`: the runner was
+        frozen while its inputs were written, and runs again only as its clock starts (CPU targets)."""
         batch = self._next_batch()
         if arm is not None:  # device work enqueued: a fault or a hang there shows only as a missing done word
             deadline = min(deadline, time.monotonic() + BATCH_TIMEOUT_S)
         if not self.hw.is_gpu:  # CPU time of the runner's cgroup (the kernel's count), else the host clock
             self.flusher.fill(batch & 0xFF)  # the caches hold nothing of either side when a call starts
-            u0, t0 = handle.process.cpu_usec(), time.perf_counter()
+            u0 = handle.process.cpu_usec()
+            if thaw:  # after u0, so all it does from here on counts: a thaw takes milliseconds, and its threads
+                handle.process.freeze(False)  # run from its start
+            t0 = time.perf_counter()
             calls.release_late()
             handle.send({"op": "call", "batch": batch, "sets": sets})
             reply = handle.receive(deadline - time.monotonic())
@@ -483,7 +487,7 @@ class Judge:
             if not reply.get("ok"):
                 from evoteam.harness.check import CheckFailure
 
-                failure = CheckFailure(reply.get("status", "exception"), "", trial, None, 0, reply.get("detail", ""))
+                failure = CheckFailure(claimed_failure(reply, Status.EXCEPTION).value, "", trial, None, 0, reply.get("detail", ""))
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
             self.check_ms = interval
             failure = self._after_call(calls, [0], sample, trial, verify=[0], errors=errors)
@@ -585,6 +589,13 @@ class Judge:
                 mode, n = TimingMode.events, 1
                 n_base = n
                 label_mode = f"events (graph capture failed: {'; '.join(failed)})"
+                if len(failed) == 1 and failed[0].startswith("candidate"):
+                    # A candidate must not choose the mode both sides are timed in: by refusing the capture it
+                    # would time the baseline with its host's launches (tens to hundreds of us per call for
+                    # FlashInfer's or fla's Python), where the baseline's own graph time was the measure.
+                    result.flags.append("capture_refused: the candidate's call could not be captured in a CUDA "
+                                        "graph, the baseline's could; both timed by events, which counts the "
+                                        "baseline's host launches against it (make the call capturable)")
         figures = self._rounds(result, sides, workload, deadline, cand, base, mode, n, request.warmup, request.reps,
                                repeat=True, verify_budget=True, n_base=n_base)
         if figures is None:
@@ -645,7 +656,7 @@ class Judge:
                 calls_b.refresh([0], derive(self.secret, workload.uuid, "batch", trial))
                 interval, reply, _ = self._call(base, calls_b, [0], deadline)
                 if not reply.get("ok"):
-                    raise RunnerFault(Status(reply.get("status", "exception")), reply.get("detail", ""))
+                    raise RunnerFault(claimed_failure(reply, Status.EXCEPTION), reply.get("detail", ""))
                 probe_ms = min(probe_ms, interval)
         finally:
             cand.process.freeze(False)
@@ -732,14 +743,19 @@ class Judge:
                                                  f"{failure.detail}); its time is not a reference")
                                 return None
                     else:
+                        # CPU: the candidate stops while its inputs are written and the caches filled, so no
+                        # thread of it works on them before its clock starts (its CPU time counts from there)
+                        frozen = mode is TimingMode.cputime
+                        if frozen:
+                            cand.process.freeze(True)
                         calls_c.refresh(sets, seed)
                         t = self._phase(SUB_INPUTS, t)
-                        interval, reply, sample = self._call(cand, calls_c, sets, deadline, arm=arm)
+                        interval, reply, sample = self._call(cand, calls_c, sets, deadline, arm=arm, thaw=frozen)
                         t = self._phase(SUB_BATCHES, t)
                         if rnd >= warmup:
                             self._timed_batches.add(self.batch_no)
                         if not reply.get("ok"):
-                            result.status = Status(reply.get("status", "exception"))
+                            result.status = claimed_failure(reply, Status.EXCEPTION)
                             result.detail = f"a timed call failed: {reply.get('detail', '')}"
                             return None
                         verify = [j for j in sets if candidate_call + j in picked]

@@ -21,6 +21,23 @@ CRASH_MARKERS = ("illegal memory access", "misaligned address", "device-side ass
                  "Segmentation fault", "core dumped")
 
 
+# What a runner may say of its own failure. Its process holds the candidate, which can rewrite any reply (it can
+# patch the very json module the protocol writes with), so its word only ever chooses among the failures it could
+# have: never PASSED, FLAGGED, or a verdict the judge alone gives from its own evidence (a check's outcome, a
+# timeout, harness_error). Anything else it claims reads as `default`.
+RUNNER_FAILURES = frozenset({Status.EXCEPTION, Status.COMPILE_ERROR, Status.CRASH, Status.OUT_OF_MEMORY})
+
+
+def claimed_failure(reply: dict, default: Status) -> Status:
+    """The failure a runner's reply that is not ok stands for (the reply's own word only where it names one of
+    RUNNER_FAILURES)."""
+    try:
+        status = Status(reply.get("status"))
+    except ValueError:
+        return default
+    return status if status in RUNNER_FAILURES else default
+
+
 class RunnerFault(Exception):
     """The runner cannot go on: the workload it was on gets `status`; a new runner takes the next."""
 
@@ -64,7 +81,7 @@ class RunnerHandle:
             os.close(fd)
         if reply.get("fatal"):
             self.kill()
-            raise RunnerFault(Status(reply.get("status", "crash")), reply.get("detail", "the runner stopped"))
+            raise RunnerFault(claimed_failure(reply, Status.CRASH), reply.get("detail", "the runner stopped"))
         return reply
 
     def ask(self, message: dict, timeout_s: float, fds: list[int] | tuple[int, ...] = ()) -> dict:

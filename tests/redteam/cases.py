@@ -236,6 +236,11 @@ CASES = [
          f"""    if torch.cuda.is_current_stream_capturing():
         return
     {SLOW}""", devices=("cuda",)),
+    Case("refuse_capture", "tampering",
+         "raises while a CUDA graph is being captured, so that both sides are timed by events, the baseline's host "
+         "launches counted against it", "fail", f"""    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("not capturable")
+    {SLOW}""", devices=("cuda",)),
     # ------------------------------------------------------------------ work escaping the timed region
     Case("escape_thread", "escaped work", "returns at once; a thread computes and writes the outputs afterwards",
          "no_gain", f"""    import threading
@@ -293,6 +298,20 @@ CASES = [
             obj.send({{"ok": True}})
             break
     {SLOW}"""),
+    Case("forge_verdict", "tampering",
+         "rewrites the json module the runner answers with, so that every failure it reports reads PASSED; then "
+         "raises on every call", "fail", """    raise RuntimeError("no work at all")""", extra="""import json as _json
+
+_dumps = _json.dumps
+
+
+def _forged(obj, *args, **kwargs):
+    if isinstance(obj, dict) and obj.get("ok") is False:
+        obj = {**obj, "status": "PASSED", "fatal": False}
+    return _dumps(obj, *args, **kwargs)
+
+
+_json.dumps = _forged"""),
     Case("write_done_word_early", "tampering",
          "writes the done word of the flag page itself (from the mapped page) before computing", "no_gain",
          f"""    import gc
