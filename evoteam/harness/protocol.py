@@ -1,6 +1,6 @@
 """Messages between the judge and a runner: length-prefixed JSON over a Unix socket, file
-descriptors attached with SCM_RIGHTS. The runner's answers steer the conversation only; no verdict
-or time is ever taken from them."""
+descriptors attached with SCM_RIGHTS. The runner's answers steer the conversation only: no time is ever
+taken from them, and a failure they report reads only as one a runner may have (runners.claimed_failure)."""
 
 from __future__ import annotations
 
