@@ -748,6 +748,7 @@ class Judge:
                         frozen = mode is TimingMode.cputime
                         if frozen:
                             cand.process.freeze(True)
+                            t = self._phase(SUB_FREEZE, t)
                         calls_c.refresh(sets, seed)
                         t = self._phase(SUB_INPUTS, t)
                         interval, reply, sample = self._call(cand, calls_c, sets, deadline, arm=arm, thaw=frozen)
