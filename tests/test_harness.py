@@ -17,6 +17,11 @@ from evoteam.task import load_task
 from conftest import REPO
 
 CANDIDATES = REPO / "tests" / "data" / "candidates"
+# (module code, run() prologue) of a candidate that burns 30 ms of CPU in each of its three checks: too slow for
+# more than one call per timed interval on a CPU target
+SLOW_CHECKS = ("import time as _time\n\n_calls = []\n",
+               "    _calls.append(1)\n    if len(_calls) <= 3:\n        end = _time.process_time() + 0.03\n"
+               "        while _time.process_time() < end:\n            pass\n")
 
 
 @pytest.fixture(scope="module")
@@ -245,10 +250,7 @@ def test_a_cpu_baseline_is_batched_by_its_own_calls_not_the_candidates(tmp_path,
     slow_down_the_baseline, 2026-12-03). The baseline's batch now comes from its own untimed calls, the
     candidate frozen; a candidate that looks slow only gets fewer calls of its own per interval."""
     (tmp_path / "slow_checks.py").write_text(variant(
-        "burns 30 ms of CPU in each of its three checks, then runs at its honest speed",
-        "import time\n\n_calls = []\n",
-        "    _calls.append(1)\n    if len(_calls) <= 3:\n        end = time.process_time() + 0.03\n"
-        "        while time.process_time() < end:\n            pass\n"))
+        "burns 30 ms of CPU in each of its three checks, then runs at its honest speed", *SLOW_CHECKS))
     (honest,) = evaluate(_request("mla_torch.py", small_uuids[:1]), timeout_s=120).results
     (slow,) = evaluate(_request("slow_checks.py", small_uuids[:1], tmp_path, static_scan=False), timeout_s=120).results
     assert honest.status == slow.status == "PASSED", (honest.detail, slow.detail)
@@ -298,12 +300,9 @@ def test_a_runner_cannot_choose_its_own_verdict(tmp_path, small_uuids):
     protocol writes with). A candidate that raised on every call and had each failure go out as "PASSED" was
     recorded PASSED with no time, and the geomean counted only the workloads it won. The judge now reads a runner's
     word only as a choice among the failures a runner may have."""
-    forge = ("import json as _json\n\n_dumps = _json.dumps\n\n\n"
-             "def _forged(obj, *args, **kwargs):\n"
-             "    if isinstance(obj, dict) and obj.get('ok') is False:\n"
-             "        obj = {**obj, 'status': 'PASSED', 'fatal': False}\n"
-             "    return _dumps(obj, *args, **kwargs)\n\n\n"
-             "_json.dumps = _forged\n")
+    from redteam.cases import CASES
+
+    forge = next(c for c in CASES if c.name == "forge_verdict").extra  # the red team's forgery
     (tmp_path / "forges.py").write_text(variant("raises, and forges PASSED into every failure it reports",
                                                 forge, "    raise RuntimeError('no work at all')\n"))
     result = evaluate(_request("forges.py", small_uuids[:2], tmp_path, static_scan=False), timeout_s=120)
@@ -317,7 +316,7 @@ def test_work_a_cpu_candidates_thread_does_on_new_inputs_before_its_call_is_coun
     on them there, unseen. The candidate is now frozen from before its inputs are written until its count has
     started. Here a thread burns 3 ms of CPU on each new input it sees and the call waits for it; beside it, the
     same 3 ms burnt inside the call. One call per interval (slow checks), so every interval's inputs are new."""
-    common = ("import threading as _threading\nimport time as _time\n\n_calls = []\nBURN_S = 0.003\n\n\n"
+    common = (SLOW_CHECKS[0] + "import threading as _threading\n\nBURN_S = 0.003\n\n\n"
               "def _burn():\n    end = _time.thread_time() + BURN_S\n    while _time.thread_time() < end:\n"
               "        pass\n\n\n"
               "def _fingerprint(t):\n    return t.reshape(-1)[:32].tolist()\n")
@@ -333,10 +332,7 @@ def test_work_a_cpu_candidates_thread_does_on_new_inputs_before_its_call_is_coun
                "                    _cond.notify_all()\n"
                "        _time.sleep(0.0002)  # polls cost next to nothing\n\n\n"
                "_threading.Thread(target=_watch, daemon=True).start()\n")
-    slow_checks = ("    _calls.append(1)\n"
-                   "    if len(_calls) <= 3:  # slow checks: every timed interval holds one call\n"
-                   "        end = _time.process_time() + 0.03\n"
-                   "        while _time.process_time() < end:\n            pass\n")
+    slow_checks = SLOW_CHECKS[1]  # every timed interval holds one call
     waits = ("    ptr = q_nope.data_ptr()\n"
              "    if ptr not in _watched:\n        _watched[ptr] = q_nope\n"
              "    with _cond:  # waiting costs no CPU: the thread's burn is this call's work\n"
@@ -344,11 +340,9 @@ def test_work_a_cpu_candidates_thread_does_on_new_inputs_before_its_call_is_coun
     (tmp_path / "watches.py").write_text(variant("a thread works on new inputs as they appear", common + watcher,
                                                  slow_checks + waits))
     (tmp_path / "burns.py").write_text(variant("burns in the call", common, slow_checks + "    _burn()\n"))
-    from dataclasses import replace
-
     ms = {}
     for name in ("burns.py", "watches.py"):
-        request = replace(_request(name, small_uuids[:1], tmp_path, static_scan=False), reps=6)
+        request = dataclasses.replace(_request(name, small_uuids[:1], tmp_path, static_scan=False), reps=6)
         (r,) = evaluate(request, timeout_s=120).results
         assert r.status == "PASSED" and r.spread["calls_per_batch"] == 1, (name, r.status, r.detail)
         ms[name] = r.candidate_ms
