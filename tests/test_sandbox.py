@@ -30,6 +30,10 @@ for label, folder in {"scratch": "/scratch", "tmp": "/tmp", "root": "/", "packag
                       "checkout": sys.argv[2], "candidate": "/candidate"}.items():
     out["write_" + label] = can_write(folder)
 out["kernels_visible"] = os.path.exists(os.path.join(sys.argv[2], "kernels"))
+# the host's scheduling: its cgroup tree (the runner's own CPU count and freezer state) and system-wide counters
+out["cgroup_tree"] = sorted(os.listdir("/sys/fs/cgroup")) if os.path.isdir("/sys/fs/cgroup") else []
+out["host_counters"] = {p: len(open(p).read()) for p in ("/proc/stat", "/proc/loadavg", "/proc/interrupts")
+                        if os.path.exists(p)}
 out["home"] = os.environ.get("HOME")
 out["env_keys"] = sorted(os.environ)
 try:
@@ -84,6 +88,9 @@ def test_what_a_sandboxed_process_sees_and_can_do(tmp_path):
     # sandbox's own memory) lands nowhere on the host.
     assert not (REPO / "probe.txt").exists() and not (REPO / "evoteam" / "probe.txt").exists()
     assert not seen["kernels_visible"]  # the task's reference is not there to read
+    # nothing of the host's scheduling: the cgroup tree empty, the system-wide counters read as empty files
+    assert seen["cgroup_tree"] == [] and set(seen["host_counters"].values()) <= {0}, seen
+    assert "cpu weight" in proc.record["cgroup"] or "no cpu" in proc.record["cgroup"], proc.record
     assert "EVOTEAM_TEST_SECRET" not in seen["env_keys"] and seen["home"] == "/scratch/home"
     assert not (REPO / "probe.txt").exists() and not (REPO / "evoteam" / "probe.txt").exists()
     proc.close()  # ends what the runner left: the detached grandchild too
@@ -179,3 +186,32 @@ def test_the_guard_ends_a_runner_that_starts_too_many_processes(tmp_path):
         guard.stop()
         if child.poll() is None:
             os.killpg(child.pid, 9)
+
+
+def test_a_runners_processes_share_one_cpu_weight_however_many_sessions_they_start(tmp_path):
+    """Eight busy processes in sessions of their own, started by a runner, beside one busy process outside it on the
+    same CPU: the outside one keeps about half the CPU (per-session autogroups gave it a ninth)."""
+    _available()
+    if not sandbox.capabilities().cgroup or sandbox.capabilities().cgroup == "container":
+        pytest.skip("no cgroup for the runner here")
+    cpu = max(os.sched_getaffinity(0))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.chmod(scratch, 0o777)
+    crowd = ("import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n        os.setsid()\n"
+             "        while True:\n            pass\ntime.sleep(60)\n")
+    spec = SandboxSpec(scratch=scratch, cache=None, candidate=None, device="cpu", memory_bytes=2 << 30, max_pids=64,
+                       cpus=frozenset({cpu}))
+    proc = SandboxedProcess([sys.executable, "-c", crowd], spec, [], tmp_path / "log.txt")
+    if "no cpu weight" in proc.record["cgroup"]:
+        proc.close()
+        pytest.skip(f"no cpu controller here: {proc.record['cgroup']}")
+    outside = subprocess.Popen([sys.executable, "-c", "import os, time\nos.sched_setaffinity(0, {%d})\n"
+                                "end = time.monotonic() + 2\nwhile time.monotonic() < end:\n    pass\n"
+                                "print(time.process_time())" % cpu], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        share = float(outside.communicate(timeout=30)[0]) / 2.0
+    finally:
+        proc.close()
+    assert share > 0.3, f"the process outside the runner got {share:.0%} of its CPU"

@@ -41,10 +41,26 @@ TMP_BYTES = 1 << 30  # the runner's /tmp (in memory)
 # Set by the container executor to the limits of the judge's container (no cgroup can be made inside it).
 CONTAINER_LIMITS_ENV = "EVOTEAM_CONTAINER_LIMITS"
 FILE_SIZE_LIMIT = 4 << 30  # largest file a runner may write
+# A freeze that has not stopped every process of a runner by then fails its workload: a runner that goes on while
+# the judge believes it stopped would work unseen (on inputs being written, on another side's clock)
+FREEZE_TIMEOUT_S = 2.0
+# The CPU share of one runner's processes together (cgroup v2 cpu.weight; v1 cpu.shares is this scaled by 10.24):
+# the default one task gets, so that the processes and sessions a candidate creates share it and never outweigh
+# the judge (per-session autogroups gave eight helper sessions eight times the judge's share)
+CPU_WEIGHT = 100
+# What a sandbox shows of the host's scheduling, masked: the cgroup tree (a runner's own cpu.stat is the judge's
+# clock on a CPU, its freezer state says when it is watched) and system-wide scheduler and interrupt counters (the
+# judge's activity, visible from inside, says when the clock is about to start)
+MASKED_PROC = ("/proc/stat", "/proc/schedstat", "/proc/loadavg", "/proc/interrupts", "/proc/softirqs")
+MASKED_DIRS = ("/sys/fs/cgroup", "/proc/pressure")
 
 
 class SandboxUnavailable(UserError):
     """A strict evaluation cannot get a layer of its sandbox here."""
+
+
+class FreezeFailed(RuntimeError):
+    """A runner's processes did not all stop within FREEZE_TIMEOUT_S."""
 
 
 @dataclass(frozen=True)
@@ -130,10 +146,15 @@ class Cgroup:
         if version == "v2":
             self.dirs = [_v2_parent() / name]
         else:
-            self.dirs = [CGROUP_ROOT / ctl / "evoteam" / name for ctl in ("memory", "pids", "freezer", "cpuacct")
+            self.dirs = [CGROUP_ROOT / ctl / "evoteam" / name for ctl in ("memory", "pids", "freezer", "cpuacct", "cpu")
                          if (CGROUP_ROOT / ctl).is_dir()]
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
+        self.cpu_weight_problem = ""
+        try:
+            self._weigh()
+        except OSError as exc:
+            self.cpu_weight_problem = f"no cpu controller to hold it ({exc.strerror or exc})"
         self.cpuset_problem = "" if cpus else "not asked"
         if cpus:
             try:
@@ -150,6 +171,19 @@ class Cgroup:
                     (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
                 elif d.parts[-3] == "pids":
                     (d / "pids.max").write_text(str(max_pids))
+
+    def _weigh(self) -> None:
+        """One CPU weight for all the runner's processes together (see CPU_WEIGHT)."""
+        if self.version == "v2":
+            for control in (CGROUP_ROOT / "cgroup.subtree_control", _v2_parent() / "cgroup.subtree_control"):
+                if "cpu" not in control.read_text().split():
+                    control.write_text("+cpu")
+            (self.dirs[0] / "cpu.weight").write_text(str(CPU_WEIGHT))
+            return
+        own = next((d for d in self.dirs if d.parts[-3] == "cpu"), None)
+        if own is None:
+            raise OSError("no cpu hierarchy")
+        (own / "cpu.shares").write_text(str(round(CPU_WEIGHT * 10.24)))
 
     def _confine_cpus(self, name: str, cpus: str) -> None:
         """A cpuset: the runner's processes cannot move to another CPU (sched_setaffinity is masked by
@@ -212,8 +246,8 @@ class Cgroup:
             return None
 
     def freeze(self, frozen: bool) -> None:
-        """Stop every process in the cgroup and wait until they are stopped; or let them go on (no
-        wait: the runner answers nothing before it runs again)."""
+        """Stop every process in the cgroup and wait until they are stopped (FreezeFailed after FREEZE_TIMEOUT_S); or
+        let them go on (no wait: the runner answers nothing before it runs again)."""
         if self.version == "v2":
             (self.dirs[0] / "cgroup.freeze").write_text("1" if frozen else "0")
             check, want = self.dirs[0] / "cgroup.events", "frozen 1"
@@ -225,9 +259,12 @@ class Cgroup:
             check, want = freezer / "freezer.state", "FROZEN"
         if not frozen:
             return
-        deadline = time.monotonic() + 5
-        while want not in check.read_text() and time.monotonic() < deadline:
-            time.sleep(0.0002)
+        deadline = time.monotonic() + FREEZE_TIMEOUT_S
+        while want not in check.read_text():
+            if time.monotonic() > deadline:
+                raise FreezeFailed(f"the runner's processes were not all frozen within {FREEZE_TIMEOUT_S:g} s "
+                                   f"({check.name}: {check.read_text().strip()[:80]!r})")
+            time.sleep(0.0001)
 
     def kill(self) -> None:
         if self.version == "v2" and (self.dirs[0] / "cgroup.kill").exists():
@@ -346,6 +383,19 @@ def _covered(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r + "/") for r in roots)
 
 
+@functools.cache
+def _empty_file() -> str:
+    """An empty, world-readable file of this process's, bound over what a sandbox must not read."""
+    import atexit
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="evoteam-empty-")
+    os.close(fd)
+    os.chmod(path, 0o444)
+    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    return path
+
+
 def bwrap_command(bwrap: str, spec: SandboxSpec) -> list[str]:
     args = _bwrap_base(bwrap)
     roots: list[str] = []
@@ -359,6 +409,12 @@ def bwrap_command(bwrap: str, spec: SandboxSpec) -> list[str]:
         ro(p)
     args += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev",
              "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for path in MASKED_DIRS:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path]
+    for path in MASKED_PROC:
+        if os.path.exists(path):
+            args += ["--ro-bind", _empty_file(), path]  # reads as empty (a device node there would refuse reads)
     for p in python_paths():
         ro(p)
     ro(str(PACKAGE_DIR))  # the evoteam package (for the runner itself)
@@ -438,7 +494,9 @@ class SandboxedProcess:
                 name = f"runner-{os.getpid()}-{time.monotonic_ns()}"
                 self.cgroup = Cgroup(caps.cgroup, name, spec.memory_bytes, spec.max_pids, spec.cpus)
                 memory = f"{spec.memory_bytes >> 20} MiB" if spec.memory_bytes else "no limit"
-                self.record["cgroup"] = f"{caps.cgroup}: memory {memory}, {spec.max_pids} pids"
+                weight = (f"cpu weight {CPU_WEIGHT} for all its processes" if not self.cgroup.cpu_weight_problem
+                          else f"no cpu weight: {self.cgroup.cpu_weight_problem}")
+                self.record["cgroup"] = f"{caps.cgroup}: memory {memory}, {spec.max_pids} pids, {weight}"
             except OSError as exc:
                 if spec.mode != "weak" and not spec.trusted:
                     raise SandboxUnavailable(f"cannot create the runner's cgroup: {exc}; accept a weaker sandbox "
@@ -493,16 +551,16 @@ class SandboxedProcess:
         return self.proc.poll()
 
     def freeze(self, frozen: bool) -> None:
-        """Stop every process of the runner while the judge times something else (its threads and
-        children cannot burn the CPU under another side's clock), or let them go on."""
-        if self.proc.poll() is not None:
-            return
-        if self.cgroup is not None:
+        """Stop every process of the runner (waiting until they are; FreezeFailed when they are not in time), or let
+        them go on. Without a cgroup (a weak sandbox) by signals to the process tree, unconfirmed."""
+        if self.cgroup is not None:  # helpers outlive the runner's first process in its cgroup
             try:
                 self.cgroup.freeze(frozen)
                 return
             except OSError:
                 pass
+        if self.proc.poll() is not None:
+            return
         for pid in descendants(self.proc.pid):
             try:
                 os.kill(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
