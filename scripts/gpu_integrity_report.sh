@@ -10,7 +10,8 @@
 #   kda      the KDA chunk kernel vs fla-core's Triton chunk_kda on 4 workloads (1k-16k tokens, both
 #            gates): events, then graph replay; fla's autotuning saved in autotune.tgz (AUTOTUNE_IN
 #            restores it, e.g. from a copy carried in the ignored .device-cache/)
-#   redteam  the red-team suite (tests/redteam) on the GPU at full scale: one table
+#   redteam  the red-team suite (tests/redteam) on the GPU at full scale: one table (REDTEAM_ONLY="case ...": those
+#            cases alone; REDTEAM_SKIP="case ...": all but those; REDTEAM_FIRST="case ...": those first)
 #   mla_before, kda_before   the mla and kda parts with the harness before issue 18 (commit 151394c), from a
 #            tree made here first and carried ($BEFORE, default .before, ignored by git):
 #              mkdir -p .before && git archive 151394c evoteam kernels hardware conf pyproject.toml | tar -x -C .before
@@ -73,7 +74,13 @@ for part in $parts; do
       timed "kda_events$suffix" "$kda_kernel" "${kda[@]}" --timing events --json "$out/kda_events$suffix.json"
       timed "kda_graph$suffix" "$kda_kernel" "${kda[@]}" --timing graph --json "$out/kda_graph$suffix.json" ;;
     redteam)
-      python3 tests/redteam/run.py --hardware auto --json "$out/redteam.json" 2>&1 | tee -a "$log" ;;
+      only=()
+      [ -n "${REDTEAM_ONLY:-}" ] && only=(--only $REDTEAM_ONLY)
+      [ -n "${REDTEAM_FIRST:-}" ] && only+=(--first $REDTEAM_FIRST)
+      [ -n "${REDTEAM_SKIP:-}" ] && only=(--only $(python3 -c "import sys; sys.path.insert(0, 'tests/redteam')
+from cases import cases_for; skip = set(sys.argv[1:]); print(' '.join(c.name for c in cases_for('cuda') if c.name not in skip))" $REDTEAM_SKIP))
+      timeout ${REDTEAM_TIMEOUT:-580} python3 tests/redteam/run.py --hardware auto --json "$out/redteam${REDTEAM_TAG:-}.json" "${only[@]}" 2>&1 \
+        | tee -a "$log" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

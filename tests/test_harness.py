@@ -348,3 +348,64 @@ def test_work_a_cpu_candidates_thread_does_on_new_inputs_before_its_call_is_coun
         ms[name] = r.candidate_ms
     # Before: the watcher at 0.55-0.71 ms against the burner's 3.4-3.5 (its 3 ms hidden in the fill, three runs)
     assert ms["watches.py"] > 0.85 * ms["burns.py"], ms
+
+
+
+def test_a_runner_not_frozen_in_time_fails_its_workload_and_the_next_goes_on(small_uuids, monkeypatch):
+    """A runner runs only while the judge talks to it or its clock runs; a freeze that does not complete in time
+    (here: the kernel never reports the candidate's cgroup frozen) fails the workload instead of letting the runner go
+    on unseen, and the next workload gets a fresh runner."""
+    from evoteam.harness import sandbox
+
+    real = sandbox.SandboxedProcess.freeze
+    stuck = {"left": 1}  # the first candidate runner's first freeze never completes
+
+    def freeze(self, frozen):
+        if frozen and self.guard is not None and stuck["left"]:  # the guard holds candidate runners only
+            stuck["left"] -= 1
+            raise sandbox.FreezeFailed("the runner's processes were not all frozen within 2 s (simulated)")
+        return real(self, frozen)
+
+    monkeypatch.setattr(sandbox.SandboxedProcess, "freeze", freeze)
+    result = Judge(_request("mla_torch.py", small_uuids[:2]), hardware.load_spec("cpu")).run()
+    first, second = result.results
+    assert first.status == Status.TIMEOUT and "not all frozen" in first.detail, (first.status, first.detail)
+    assert second.status == Status.PASSED, (second.status, second.detail)
+
+
+def test_a_time_of_zero_is_a_flag_and_never_skips_the_floor_check(small_uuids):
+    """A per-call time at or below the protocol alone is flagged, not divided by (or passed over, as a zero used to
+    pass over the physical floor's check)."""
+    from evoteam.harness.calls import CallSets
+    from evoteam.harness.model import WorkloadResult
+
+    hw = dataclasses.replace(hardware.load_spec("cpu"), peak_memory_bandwidth_tbs=0.1)
+    judge = Judge(_request("mla_torch.py", small_uuids[:1]), hw)
+    workload = next(w for w in judge.task.scaled_workloads("small") if w.uuid == small_uuids[0])
+    calls = CallSets(judge.task, workload, "cpu", 1)
+    judge.kernel_names = []
+    for ms in (0.0, -0.001):
+        result = WorkloadResult(uuid=workload.uuid, status=Status.PASSED, candidate_ms=ms, baseline_ms=1.0)
+        judge._flags(result, workload, calls, None, 0.0)
+        assert any(f.startswith("no_time") for f in result.flags), result.flags
+        assert result.floor_ms, "the floor is computed whatever the time"
+    calls.close()
+
+
+def test_the_pages_a_batch_rewrites_do_not_give_away_the_ones_its_calls_read():
+    """MLA: a batch rewrites the rows of a random set of pages twice as large as its calls read (at least an eighth of
+    the pool), and draws the calls' pages from it: a diff of the pool does not name the late kv_indices."""
+    import torch
+
+    task = load_task("mla_decode")
+    workload = task.scaled_workloads("small")[2]  # batch 16
+    gen = torch.Generator().manual_seed(0)
+    sets = [task.make_inputs(workload, gen, "cpu") for _ in range(2)]
+    for s in sets[1:]:
+        s["ckv_cache"], s["kpe_cache"] = sets[0]["ckv_cache"], sets[0]["kpe_cache"]
+    before = sets[0]["ckv_cache"].clone()
+    task.refresh_inputs(workload, sets, torch.Generator().manual_seed(1))
+    changed = set(torch.nonzero((sets[0]["ckv_cache"] != before).any(-1).any(-1)).flatten().tolist())
+    named = set(torch.cat([s["kv_indices"] for s in sets]).tolist())
+    assert named <= changed  # every page a call reads holds fresh rows
+    assert len(changed) >= max(2 * len(named), before.shape[0] // 8) * 0.99, (len(changed), len(named))

@@ -19,7 +19,7 @@ def test_the_suite_covers_every_class_with_thirty_cases_or_more():
     classes = {c.cls for c in CASES}
     assert len(CASES) >= 30 and len(CPU_CASES) >= 30
     assert classes == {"baseline/reference", "reuse", "partial work", "escaped work", "tampering",
-                       "predicting inputs", "faults", "sandbox escape"}
+                       "predicting inputs", "faults", "sandbox escape", "control"}
 
 
 @pytest.fixture(scope="module")

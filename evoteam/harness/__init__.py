@@ -13,6 +13,7 @@ Layers, each importing only those below it:
   runner       the untrusted side: the candidate (or, trusted, the baseline library) and nothing else
   runners      the judge's handle on a runner (deadlines, faults)
   calls        one side's inputs and outputs on a workload: fresh values, decoys, samples, checks
+  interval     one timed batch through the protocol, the runner frozen from its answer to its next clock
   baselines    the library adapters (FlashInfer, fla, FlashKDA, vLLM, AITER, the reference)
   timing       in-process timing of trusted code (probes) and its statistics
   judge        the trusted process of one evaluation: checks, timed rounds, flags, verdicts
@@ -20,12 +21,12 @@ Layers, each importing only those below it:
   container    executor=docker: the judge in the target's container
 
 What it does not (yet) rule out, by construction or by a check:
-- A candidate that merges the calls of one timed batch (up to 16 independent calls, enqueued together
-  in graph mode) into fewer launches is timed as it ran; every call's outputs are still checked.
-- A persistent GPU kernel left running between batches would be time-sliced against the baseline's
-  batches (its host threads are frozen then); nothing measures that interference yet.
-- On a GPU the runner could write its input buffers (the judge compares them after every call) and
-  could warm the L2 cache between the judge's flush and the start mark with data it can locate before
-  the late inputs arrive (MLA: none, its pages are late; KDA: q, k, v, g of short sequences).
+- In graph mode (GPUs) the calls of one timed batch (up to 16 independent calls) see their late inputs together: one
+  call could compute every set of the batch (a CPU and events mode release them one call at a time).
+- While a GPU runner enqueues its batch (after its inputs are written, before the clock) its other threads run.
+- On a GPU the runner could write its input buffers (the judge compares them after every call).
+- GPU work a frozen candidate left running is waited out before a trusted side is timed (the judge's own flush
+  would wait behind it); work that only waits on a word holds the GPU and stalls the judge until the evaluation's
+  time limit.
 - Inside a container the runner shares the container's memory and process limits with the judge.
 """

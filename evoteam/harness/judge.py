@@ -5,23 +5,22 @@ runner) and gives the candidate's runner, in its sandbox, nothing but buffers to
 Per workload:
 1. Checks. `trials` calls, each on fresh inputs drawn from the judge's secret, every output element
    compared with the reference and every input bit with the judge's copy.
-2. Timing. Rounds of four batches, in turns: the protocol alone (`null`, by the trusted runner),
-   the baseline, the candidate, the candidate again (its noise). A batch is G calls on G input sets,
-   fresh for every batch, G chosen so that a batch holds about `TARGET_BATCH_MS` of work. For each
-   batch the judge flushes the L2 cache, has the runner enqueue the batch behind the release word,
-   waits until the runner's context is the GPU's resident one, then starts its clock (an event on its
-   own stream), copies the late inputs in and sets the release word with the copy engine, waits for
-   the done word, and stops the clock after a copy-engine sample of the outputs. Time per call =
-   (batch - null of the same round) / G, median over the rounds. Work the candidate leaves running
-   past its done word is either done before that sample (so inside the time) or seen as outputs
-   that changed after it (a failure). Nothing of the judge's uses the GPU's multiprocessors inside
-   the interval: a context switch costs ~150 us on an H200 and would swamp small kernels.
-   On a CPU the release is the message itself and the clock is the judge's host clock.
+2. Timing. Rounds of four batches, in an order drawn afresh each round: the protocol alone (`null`, by the
+   trusted runner), the baseline, the candidate twice (which of the two is the speedup's and which the noise's is
+   decided by a coin after the round). A batch is G calls on G input sets, fresh for every batch. One batch is one
+   interval (evoteam.harness.interval): the runner frozen while its inputs are written and the caches flushed, its
+   calls released (on a CPU and in events mode one at a time), the clock stopped after a sample of the outputs, the
+   runner frozen again from its answer on. Time per call = batch / G - null / its G, median over the rounds.
+   Nothing of the judge's uses the GPU's multiprocessors inside the interval: a context switch costs ~150 us on an
+   H200 and would swamp small kernels. Before a trusted side's batch on a GPU the judge waits until no other work
+   runs there (the candidate's, left behind: flagged if it does not end). A candidate whose calls cannot be
+   captured in a CUDA graph is timed by events against the baseline's graph time (its host's launches are its own).
 3. After every candidate batch: outputs written after the end mark, unwritten outputs, inputs
    changed, and the full check of calls picked at random by the judge (all of them where the
    reference is cheap) fail the workload.
-4. Flags (correct, but the time is not counted): faster than the physical floor, the runner's own
-   device time disagreeing with the judge's, baseline kernels seen in the candidate's profile.
+4. Flags (correct, but the time is not counted): a time at or below the protocol's own, faster than the physical
+   floor, the runner's own device time disagreeing with the judge's, baseline kernels seen in the candidate's
+   profile, GPU work of the candidate's that kept running while a trusted side was to be timed.
 A fault (crash, illegal memory access, out of memory, hang) fails the workload it happened in; the
 next workload gets a fresh runner and a clean GPU context.
 
@@ -40,6 +39,7 @@ import secrets
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy
@@ -47,7 +47,7 @@ import torch
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.hardware import HardwareSpec
-from evoteam.harness import scan, scratch
+from evoteam.harness import interval, scan, scratch
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.calls import CallSets
 from evoteam.harness.candidate import Candidate, CandidateError
@@ -55,7 +55,6 @@ from evoteam.harness.check import CheckResult, OutputError
 from evoteam.harness.model import EvalRequest, EvalResult, Status, TimingMode, WorkloadResult
 from evoteam.harness.runners import RunnerFault, RunnerHandle, claimed_failure
 from evoteam.harness.sandbox import SandboxSpec
-from evoteam.harness.shared import FlagPage
 from evoteam.schema import append_journal
 from evoteam.task import load_task
 
@@ -89,7 +88,15 @@ LOAD_TIMEOUT_S = 600.0
 GPU_HOST_THREADS = 8
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "TORCH_NUM_THREADS")
-BATCH_TIMEOUT_S = 60.0  # importing the candidate (its module-level code) and starting the runner
+# Before a trusted side's batch on a GPU, the judge's own flush must take no longer than QUIET_FACTOR times its time
+# on an idle GPU plus QUIET_SLACK_US (a switch from another context's idle one included), else other work is running
+# there: the candidate's, left behind while it is frozen. Retried for QUIET_LIMIT_S (queued work drains), then the
+# workload is flagged.
+QUIET_FACTOR, QUIET_SLACK_US, QUIET_LIMIT_S = 4.0, 700.0, 0.5
+
+
+class GpuBusy(Exception):
+    """Another context's work kept running on the GPU when a trusted side was to be timed."""
 
 
 class CandidateUnusable(Exception):
@@ -179,6 +186,7 @@ class Judge:
             cudadrv.ensure_context(0)
             l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20))
             self.flusher = torch.empty(2 * l2, dtype=torch.uint8, device=self.device)
+            self.idle_flush_us = self._idle_flush_us()
 
     # ------------------------------------------------------------------ the evaluation
     def run(self) -> EvalResult:
@@ -427,53 +435,53 @@ class Judge:
         self.batch_no += 1
         return self.batch_no
 
-    # ------------------------------------------------------------------ one call or batch through the protocol
+    # ------------------------------------------------------------------ one interval through the protocol
     def _call(self, handle: RunnerHandle, calls: CallSets, sets: list[int], deadline: float,
-              arm: dict | None = None, thaw: bool = False) -> tuple[float, dict, object]:
-        """One interval: `sets` called (host-launched after the release, or enqueued before it when
-        `arm` is given); returns (interval ms, the runner's answer, the end-mark sample). `thaw`: the runner was
-        frozen while its inputs were written, and runs again only as its clock starts (CPU targets)."""
+              write: Callable[[], None], graph: bool = False, null: bool = False,
+              account: bool = False) -> interval.Interval:
+        """One interval of `sets` on `handle` (evoteam.harness.interval): `write` puts the inputs in place while the
+        runner is frozen; `graph` replays the runner's captured calls, else its host launches them; `null` is the
+        protocol alone. `account`: its parts go to the timing phase's sub-phases."""
+        t = time.perf_counter()
         batch = self._next_batch()
-        if arm is not None:  # device work enqueued: a fault or a hang there shows only as a missing done word
-            deadline = min(deadline, time.monotonic() + BATCH_TIMEOUT_S)
-        if not self.hw.is_gpu:  # CPU time of the runner's cgroup (the kernel's count), else the host clock
-            self.flusher.fill(batch & 0xFF)  # the caches hold nothing of either side when a call starts
-            u0 = handle.process.cpu_usec()
-            if thaw:  # after u0, so all it does from here on counts: a thaw takes milliseconds, and its threads
-                handle.process.freeze(False)  # run from its start
-            t0 = time.perf_counter()
-            calls.release_late()
-            handle.send({"op": "call", "batch": batch, "sets": sets})
-            reply = handle.receive(deadline - time.monotonic())
-            u1, t1 = handle.process.cpu_usec(), time.perf_counter()
-            sample = calls.take_sample(max(sets) + 1 if sets else 1)
-            self.last_wall_ms = (t1 - t0) * 1e3
-            return ((u1 - u0) / 1e3 if u0 is not None and u1 is not None else self.last_wall_ms), reply, sample
-        stream = torch.cuda.current_stream()
-        self.flusher.zero_()  # the L2 cache holds nothing of the inputs when the clock starts
-        torch.cuda.synchronize()
-        if arm is None:
-            handle.send({"op": "call", "batch": batch, "sets": sets})
+        if not self.hw.is_gpu:
+            out = interval.run_cpu(handle, calls, sets, batch, deadline, write, self.flusher, null)
         else:
-            reply = handle.ask({**arm, "batch": batch, "sets": sets}, deadline - time.monotonic())
-            if not reply.get("ok"):
-                return math.nan, reply, None
-        early = handle.wait_flag(FlagPage.READY, batch, deadline)  # the runner's context is resident
-        if early is not None:
-            return math.nan, early, None
-        from evoteam.harness import cudadrv
+            if handle is self.baseline:
+                self._quiet()  # nothing of the candidate's runs on the GPU while a trusted side is timed
+            out = interval.run_gpu(handle, calls, sets, batch, deadline, write, self.flusher, graph, null)
+        if account:
+            for name, seconds in ((SUB_INPUTS, out.inputs_s), (SUB_FREEZE, out.freeze_s),
+                                  (SUB_BATCHES, time.perf_counter() - t - out.inputs_s - out.freeze_s)):
+                self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
+        return out
 
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        calls.release_late()
-        cudadrv.stream_write_value(stream.cuda_stream, handle.flags.device_address + FlagPage.RELEASE, batch)
-        early = handle.wait_flag(FlagPage.DONE, batch, deadline)
-        sample = calls.take_sample(max(sets) + 1 if sets else 1, stream=stream.cuda_stream)
-        end.record()
-        end.synchronize()
-        reply = early if early is not None else (handle.receive(deadline - time.monotonic()) if arm is None
-                                                  else {"ok": True})
-        return start.elapsed_time(end), reply, sample
+    def _idle_flush_us(self) -> float:
+        """The judge's L2 flush, enqueued to synchronized, with no other work on the GPU (median of 10)."""
+        times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            self.flusher.zero_()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e6)
+        return _median(times)
+
+    def _quiet(self) -> None:
+        """Wait until no other context has work running on the GPU (the candidate's runner, frozen on the host, may
+        have left kernels queued or running): the GPU time-slices contexts, so the judge's own flush then waits for a
+        slice. Flushes until one takes no longer than the idle one allows; GpuBusy after QUIET_LIMIT_S."""
+        limit = time.monotonic() + QUIET_LIMIT_S
+        while True:
+            t0 = time.perf_counter()
+            self.flusher.zero_()
+            torch.cuda.synchronize()
+            us = (time.perf_counter() - t0) * 1e6
+            if us <= QUIET_FACTOR * self.idle_flush_us + QUIET_SLACK_US:
+                return
+            if time.monotonic() > limit:
+                raise GpuBusy(f"gpu_busy: GPU work of the candidate's ran on for {QUIET_LIMIT_S:g} s after its calls "
+                              f"ended, while the baseline was to be timed (the judge's flush took {us:.0f} us, "
+                              f"{self.idle_flush_us:.0f} us on an idle GPU)")
 
     # ------------------------------------------------------------------ checks
     def _checks(self, handle: RunnerHandle, calls: CallSets, workload, index: int, deadline: float) -> CheckResult:
@@ -482,30 +490,31 @@ class Judge:
         self.reference_s = 0.0
         self.check_ms = math.nan
         for trial in range(self.request.trials):
-            calls.refresh([0], derive(base_seed, trial))
-            interval, reply, sample = self._call(handle, calls, [0], deadline)
-            if not reply.get("ok"):
+            seed = derive(base_seed, trial)
+            out = self._call(handle, calls, [0], deadline, write=lambda seed=seed: calls.refresh([0], seed))
+            if not out.reply.get("ok"):
                 from evoteam.harness.check import CheckFailure
 
-                failure = CheckFailure(claimed_failure(reply, Status.EXCEPTION).value, "", trial, None, 0, reply.get("detail", ""))
+                failure = CheckFailure(claimed_failure(out.reply, Status.EXCEPTION).value, "", trial, None, 0,
+                                       out.reply.get("detail", ""))
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
-            self.check_ms = interval
-            failure = self._after_call(calls, [0], sample, trial, verify=[0], errors=errors)
+            self.check_ms = out.ms
+            failure = self._after_call(calls, [0], out.samples, trial, verify=[0], errors=errors)
             if failure is not None:
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
         return CheckResult(True, self.request.trials, base_seed, None, errors)
 
-    def _after_call(self, calls: CallSets, sets: list[int], sample, trial: int, verify: list[int],
+    def _after_call(self, calls: CallSets, sets: list[int], samples: list, trial: int, verify: list[int],
                     errors: dict[str, OutputError] | None = None):
         """The checks after a call or batch, in order; the first failure (a CheckFailure) or None."""
         from evoteam.harness.check import CheckFailure
 
         if self.hw.is_gpu:
             torch.cuda.synchronize()
-        if sample is not None and calls.changed_since(sample):
+        if samples and calls.changed_since(samples):
             return CheckFailure(Status.SKIPPED_WORK.value, "", trial, None, 0,
-                                "outputs were written after the runner signalled the end of its calls (work left "
-                                "running past the end of the timed region)")
+                                "outputs were written after their call signalled its end (work left running past "
+                                "the end of its call, or another call's set computed there)")
         failure = calls.inputs_unchanged(sets, trial)
         if failure is not None:
             return failure
@@ -577,27 +586,28 @@ class Judge:
         label_mode = mode.value
         if mode is TimingMode.cputime and (cand.process.cpu_usec() is None or base.process.cpu_usec() is None):
             label_mode = "wallclock (no cgroup of the runner's own: the host clock)"
+        cand_mode = mode
         if mode is TimingMode.graph:
-            failed = []
+            failed = {}
             t = time.perf_counter()
-            for name, handle in (("candidate", cand), ("baseline", base)):
-                reply = handle.ask({"op": "capture", "sets": list(range(n))}, deadline - time.monotonic())
+            for name, handle, count in (("candidate", cand, n), ("baseline", base, n)):
+                reply = handle.ask({"op": "capture", "sets": list(range(count))}, deadline - time.monotonic())
                 if not reply.get("ok"):
-                    failed.append(f"{name}: {reply.get('detail', '')[:160]}")
+                    failed[name] = reply.get("detail", "")[:160]
             self._phase("timing: graph capture", t)
-            if failed:
-                mode, n = TimingMode.events, 1
-                n_base = n
-                label_mode = f"events (graph capture failed: {'; '.join(failed)})"
-                if len(failed) == 1 and failed[0].startswith("candidate"):
-                    # A candidate must not choose the mode both sides are timed in: by refusing the capture it
-                    # would time the baseline with its host's launches (tens to hundreds of us per call for
-                    # FlashInfer's or fla's Python), where the baseline's own graph time was the measure.
-                    result.flags.append("capture_refused: the candidate's call could not be captured in a CUDA "
-                                        "graph, the baseline's could; both timed by events, which counts the "
-                                        "baseline's host launches against it (make the call capturable)")
+            if "baseline" in failed:  # both sides by events: the baseline's own graph is not there to time
+                mode = cand_mode = TimingMode.events
+                n = n_base = 1
+                label_mode = f"events (graph capture failed: {'; '.join(f'{k}: {v}' for k, v in failed.items())})"
+            elif failed:
+                # A call that cannot be captured is a fact about the candidate, not a cheat: it is timed by events,
+                # its host's launches inside its time (its own cost), against the baseline's graph time. A candidate
+                # cannot choose the mode the baseline is timed in, so refusing the capture gains it nothing.
+                cand_mode, n = TimingMode.events, 1
+                label_mode = (f"events for the candidate (its calls cannot be captured in a CUDA graph: "
+                              f"{failed['candidate']}), graph for the baseline")
         figures = self._rounds(result, sides, workload, deadline, cand, base, mode, n, request.warmup, request.reps,
-                               repeat=True, verify_budget=True, n_base=n_base)
+                               repeat=True, verify_budget=True, n_base=n_base, cand_mode=cand_mode)
         if figures is None:
             return result
         result.timing_mode = label_mode
@@ -607,7 +617,7 @@ class Judge:
         result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
         result.spread["calls_per_batch"], result.spread["baseline_calls_per_batch"] = n, n_base
         t = time.perf_counter()
-        if mode is TimingMode.graph:
+        if cand_mode is TimingMode.graph:
             reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
             own = [ms / n for batch, ms in reported if batch in self._timed_batches]
             if own:
@@ -616,6 +626,7 @@ class Judge:
                 if gap > DISAGREE_REL * result.candidate_ms + DISAGREE_ABS_MS:
                     result.flags.append(f"timers_disagree: the judge measured {result.candidate_ms:.4g} ms per call, "
                                         f"the runner's own device events {result.runner_ms:.4g} ms")
+        if mode is TimingMode.graph:
             t = self._phase(SUB_FLAGS, t)
             if request.second_figure:
                 second = self._rounds(result, sides, workload, deadline, cand, base, TimingMode.events, 1, 1,
@@ -649,38 +660,46 @@ class Judge:
             cached = [b for b in self.cache.batches(self._cache_key(result, workload, mode, 0)) if b <= limit]
             if cached:
                 return max(cached)
-        cand.process.freeze(True)
-        try:
-            probe_ms = math.inf
-            for trial in range(2):
-                calls_b.refresh([0], derive(self.secret, workload.uuid, "batch", trial))
-                interval, reply, _ = self._call(base, calls_b, [0], deadline)
-                if not reply.get("ok"):
-                    raise RunnerFault(claimed_failure(reply, Status.EXCEPTION), reply.get("detail", ""))
-                probe_ms = min(probe_ms, interval)
-        finally:
-            cand.process.freeze(False)
+        cand.freeze()
+        probe_ms = math.inf
+        for trial in range(2):
+            seed = derive(self.secret, workload.uuid, "batch", trial)
+            out = self._call(base, calls_b, [0], deadline, write=lambda seed=seed: calls_b.refresh([0], seed))
+            if not out.reply.get("ok"):
+                raise RunnerFault(claimed_failure(out.reply, Status.EXCEPTION), out.reply.get("detail", ""))
+            probe_ms = min(probe_ms, out.ms)
         fit = CPU_BATCH_MS / probe_ms if probe_ms > 0 else float(limit)
         return max(1, min(limit, 1 << int(math.log2(max(1.0, fit)))))
 
     def _rounds(self, result, sides, workload, deadline, cand, base, mode: TimingMode, n: int, warmup: int,
-                reps: int, repeat: bool, verify_budget: bool, n_base: int | None = None) -> dict | None:
-        """Timed rounds in `mode`, the candidate's batches of `n` calls, the baseline's of `n_base` (default `n`);
-        per side (median, p10, p90, samples) of the time per call in ms, or None when a candidate batch failed (the
-        result says how)."""
+                reps: int, repeat: bool, verify_budget: bool, n_base: int | None = None,
+                cand_mode: TimingMode | None = None) -> dict | None:
+        """Timed rounds: the baseline's batches of `n_base` calls in `mode`, the candidate's of `n` in `cand_mode`
+        (default: the same), each side's protocol alone (`null`) timed with it; per side (median, p10, p90,
+        samples) of the time per call in ms, or None when a candidate batch failed (the result says how).
+
+        A round times every side once, in an order drawn afresh (the candidate cannot tell which of its batches
+        is the speedup's and which the noise's: the two are labelled by a coin after the round)."""
         calls_c, calls_b = sides["candidate"], sides["baseline"]
         n_base = n if n_base is None else n_base
+        cand_mode = mode if cand_mode is None else cand_mode
         sets, sets_b = list(range(n)), list(range(n_base))
         # The batch is in the key: a lone call pays a cold interpreter and cache that a batch shares, so a baseline
         # timed one call per interval (beside a candidate slow enough for that) serves only such evaluations
         cache_key = self._cache_key(result, workload, mode, n_base)
         cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
-        order = ["null", "baseline", "candidate"] + (["candidate_repeat"] if repeat else [])
-        if cached is not None:
-            order.remove("baseline")
-        arm = None
-        if mode is TimingMode.graph:
-            arm = {"op": "arm", "graph": True}
+        graph_b, graph_c = mode is TimingMode.graph, cand_mode is TimingMode.graph
+        # what each side is: (runner, calls, sets, graph replay, null, the null subtracted from it)
+        own_null = graph_b != graph_c and self.hw.is_gpu  # the candidate's protocol differs from the baseline's
+        plan = {"null": (base, calls_b, sets_b, graph_b, True, None)}
+        if own_null:
+            plan["null_candidate"] = (base, calls_b, sets, graph_c, True, None)
+        if cached is None:
+            plan["baseline"] = (base, calls_b, sets_b, graph_b, False, "null")
+        cand_null = "null_candidate" if own_null else "null"
+        plan["candidate"] = (cand, calls_c, sets, graph_c, False, cand_null)
+        if repeat:
+            plan["candidate_repeat"] = (cand, calls_c, sets, graph_c, False, cand_null)
         total_candidate_calls = (warmup + reps) * n * (2 if repeat else 1)
         n_verify = total_candidate_calls
         if verify_budget and self.reference_s > 0:
@@ -696,100 +715,84 @@ class Judge:
         if extra_calls:
             rate = n_verify / total_candidate_calls
             picked |= {total_candidate_calls + i for i in range(extra_calls) if rng.random() < rate}
-        samples: dict[str, list[float]] = {k: [] for k in order}
-        walls: dict[str, list[float]] = {k: [] for k in order}  # CPU targets: the host clock beside CPU time
+        reported = [side for side in plan if not plan[side][4]]
+        samples: dict[str, list[float]] = {k: [] for k in reported}
+        walls: dict[str, list[float]] = {k: [] for k in plan}  # CPU targets: the host clock beside CPU time
         self._timed_batches = set()
         candidate_call = 0
         baseline_checked = cached is not None
         limit, started = warmup + reps, time.monotonic()
-        try:
-            for rnd in itertools.count():
-                if rnd >= limit:
-                    elapsed = time.monotonic() - started
-                    more = CPU_EXTRA_ROUNDS * elapsed / max(rnd, 1)  # what the next extra rounds would take
-                    if (limit >= warmup + max_reps or self._settled(samples, cached) or elapsed + more > CPU_EXTEND_S
-                            or time.monotonic() + 2 * more > deadline):
-                        break
-                    limit = min(warmup + max_reps, limit + CPU_EXTRA_ROUNDS)
-                intervals: dict[str, float] = {}
-                turn = order if rnd % 2 == 0 else order[::-1]
-                for k, side in enumerate(turn):
-                    seed = derive(self.secret, workload.uuid, mode.value, side, rnd)
-                    trusted = side in ("null", "baseline")
-                    t = time.perf_counter()
-                    if trusted and (k == 0 or turn[k - 1] not in ("null", "baseline")):
-                        cand.process.freeze(True)  # nothing of the candidate runs while the other side is timed
-                        t = self._phase(SUB_FREEZE, t)
-                    if side == "null":
-                        calls_b.poison(sets_b)
-                        t = self._phase(SUB_INPUTS, t)
-                        null_arm = {"op": "arm", "null": True} if arm else None
-                        interval, reply, _ = self._call(base, calls_b, [] if arm is None else sets_b, deadline,
-                                                        arm=null_arm)
-                        t = self._phase(SUB_BATCHES, t)
-                    elif side == "baseline":
-                        calls_b.refresh(sets_b, seed)
-                        t = self._phase(SUB_INPUTS, t)
-                        interval, reply, _ = self._call(base, calls_b, sets_b, deadline, arm=arm)
-                        t = self._phase(SUB_BATCHES, t)
-                        if reply.get("ok") and not baseline_checked:
-                            baseline_checked = True
-                            factor = baseline_check_factor(self.request.baseline)
-                            failure, _errors = calls_b.verify(0, rnd, factor)
-                            if failure is not None:
-                                widened = f" at {factor:g}x the element-wise tolerance" if factor != 1.0 else ""
-                                result.status = Status.HARNESS_ERROR
-                                result.detail = (f"the baseline's own output is wrong{widened} ({failure.check}: "
-                                                 f"{failure.detail}); its time is not a reference")
-                                return None
-                    else:
-                        # CPU: the candidate stops while its inputs are written and the caches filled, so no
-                        # thread of it works on them before its clock starts (its CPU time counts from there)
-                        frozen = mode is TimingMode.cputime
-                        if frozen:
-                            cand.process.freeze(True)
-                            t = self._phase(SUB_FREEZE, t)
-                        calls_c.refresh(sets, seed)
-                        t = self._phase(SUB_INPUTS, t)
-                        interval, reply, sample = self._call(cand, calls_c, sets, deadline, arm=arm, thaw=frozen)
-                        t = self._phase(SUB_BATCHES, t)
-                        if rnd >= warmup:
-                            self._timed_batches.add(self.batch_no)
-                        if not reply.get("ok"):
-                            result.status = claimed_failure(reply, Status.EXCEPTION)
-                            result.detail = f"a timed call failed: {reply.get('detail', '')}"
-                            return None
-                        verify = [j for j in sets if candidate_call + j in picked]
-                        candidate_call += n
-                        failure = self._after_call(calls_c, sets, sample, rnd, verify)
-                        t = self._phase(SUB_VERIFY, t)
-                        result.calls_timed += n
-                        result.calls_checked += len(verify)
-                        if failure is not None:
-                            status = Status(failure.check)
-                            if status in (Status.MISMATCH, Status.NAN_INF, Status.REL_NORM, Status.UNWRITTEN):
-                                status = Status.SKIPPED_WORK
-                            result.status = status
-                            result.detail = f"a timed call (round {rnd}) failed the check: {failure.check}: {failure.detail}"
-                            return None
-                    if trusted and (k == len(turn) - 1 or turn[k + 1] not in ("null", "baseline")):
-                        cand.process.freeze(False)
-                        self._phase(SUB_FREEZE, t)
-                    if trusted and not reply.get("ok"):
+        for rnd in itertools.count():
+            if rnd >= limit:
+                elapsed = time.monotonic() - started
+                more = CPU_EXTRA_ROUNDS * elapsed / max(rnd, 1)  # what the next extra rounds would take
+                if (limit >= warmup + max_reps or self._settled(samples, cached) or elapsed + more > CPU_EXTEND_S
+                        or time.monotonic() + 2 * more > deadline):
+                    break
+                limit = min(warmup + max_reps, limit + CPU_EXTRA_ROUNDS)
+            intervals: dict[str, float] = {}
+            turn = list(plan)
+            rng.shuffle(turn)
+            for side in turn:
+                handle, calls, side_sets, graph, null, _ = plan[side]
+                seed = derive(self.secret, workload.uuid, mode.value, side, rnd)
+                if handle is base:
+                    cand.freeze()  # nothing of the candidate runs while the other side is timed
+                write = (lambda c=calls, s=side_sets: c.poison(s)) if null else \
+                    (lambda c=calls, s=side_sets, seed=seed: c.refresh(s, seed))
+                try:
+                    out = self._call(handle, calls, side_sets, deadline, write, graph=graph, null=null, account=True)
+                except GpuBusy as busy:
+                    result.flags.append(str(busy))
+                    result.status, result.detail = Status.FLAGGED, str(busy)
+                    return None
+                t = time.perf_counter()
+                if handle is base:
+                    if not out.reply.get("ok"):
                         result.status = Status.HARNESS_ERROR
-                        result.detail = f"the baseline runner failed a timed call: {reply.get('detail', '')}"
+                        result.detail = f"the baseline runner failed a timed call: {out.reply.get('detail', '')}"
                         return None
-                    intervals[side] = interval
-                    walls[side].append(self.last_wall_ms)
-                if rnd >= warmup:
-                    for side in order:
-                        if side != "null":
-                            calls = n_base if side == "baseline" else n
-                            samples[side].append(max(0.0, (intervals[side] - intervals["null"]) / calls))
-        finally:
-            cand.process.freeze(False)
-        out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()
-               if side != "null"}
+                    if side == "baseline" and not baseline_checked:
+                        baseline_checked = True
+                        factor = baseline_check_factor(self.request.baseline)
+                        failure, _errors = calls_b.verify(0, rnd, factor)
+                        if failure is not None:
+                            widened = f" at {factor:g}x the element-wise tolerance" if factor != 1.0 else ""
+                            result.status = Status.HARNESS_ERROR
+                            result.detail = (f"the baseline's own output is wrong{widened} ({failure.check}: "
+                                             f"{failure.detail}); its time is not a reference")
+                            return None
+                else:
+                    if rnd >= warmup:
+                        self._timed_batches.add(self.batch_no)
+                    if not out.reply.get("ok"):
+                        result.status = claimed_failure(out.reply, Status.EXCEPTION)
+                        result.detail = f"a timed call failed: {out.reply.get('detail', '')}"
+                        return None
+                    verify = [j for j in sets if candidate_call + j in picked]
+                    candidate_call += n
+                    failure = self._after_call(calls_c, sets, out.samples, rnd, verify)
+                    self._phase(SUB_VERIFY, t)
+                    result.calls_timed += n
+                    result.calls_checked += len(verify)
+                    if failure is not None:
+                        status = Status(failure.check)
+                        if status in (Status.MISMATCH, Status.NAN_INF, Status.REL_NORM, Status.UNWRITTEN):
+                            status = Status.SKIPPED_WORK
+                        result.status = status
+                        result.detail = f"a timed call (round {rnd}) failed the check: {failure.check}: {failure.detail}"
+                        return None
+                intervals[side] = out.ms
+                walls[side].append(out.wall_ms)
+            if repeat and rng.random() < 0.5:  # which of its two batches is the speedup's: a coin, after the fact
+                intervals["candidate"], intervals["candidate_repeat"] = (intervals["candidate_repeat"],
+                                                                         intervals["candidate"])
+            if rnd >= warmup:
+                for side in reported:
+                    _, _, side_sets, _, _, against = plan[side]
+                    # the protocol's cost is per call (each call is released on its own)
+                    samples[side].append(intervals[side] / len(side_sets) - intervals[against] / len(plan[against][2]))
+        out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()}
         if mode is TimingMode.cputime and cached is None:
             ratios = _paired(samples)
             if ratios:
@@ -797,7 +800,7 @@ class Judge:
         if mode is TimingMode.cputime and samples["candidate"]:
             # CPU time counts work wherever the runner does it; a call that mostly waits did its work
             # somewhere CPU time does not see. Legitimate work on a single thread takes about its CPU time.
-            wall = (_median(walls["candidate"][warmup:]) - _median(walls["null"][warmup:])) / n
+            wall = _median(walls["candidate"][warmup:]) / n - _median(walls["null"][warmup:]) / n_base
             if wall > IDLE_FACTOR * out["candidate"][0] + IDLE_SLACK_MS:
                 result.flags.append(f"cpu_idle: the candidate's calls took {wall:.3g} ms on the host clock but "
                                     f"{out['candidate'][0]:.3g} ms of CPU time")
@@ -819,13 +822,18 @@ class Judge:
         return high - low <= CPU_CI_WIDTH * _median(values)
 
     def _flags(self, result: WorkloadResult, workload, calls: CallSets, cand: RunnerHandle, deadline: float) -> None:
+        if result.candidate_ms is not None and result.candidate_ms <= 0:
+            # at or below the protocol alone: no work measured (never a time to divide by, nor a check to skip)
+            result.flags.append(f"no_time: the candidate's calls measured {result.candidate_ms:.4g} ms each, at or "
+                                f"below the protocol's own cost")
         min_bytes = self.task.min_bytes(workload, calls.pristine[0])
-        if min_bytes and result.candidate_ms:
+        if min_bytes and result.candidate_ms is not None:
             from evoteam.harness.scan import physical_floor_ms
 
             result.floor_ms = physical_floor_ms(min_bytes, self.hw.peak_memory_bandwidth_tbs)
-            result.bandwidth_tbs = min_bytes / (result.candidate_ms * 1e-3) / 1e12
-            if result.floor_ms and result.candidate_ms < result.floor_ms:
+            if result.candidate_ms > 0:
+                result.bandwidth_tbs = min_bytes / (result.candidate_ms * 1e-3) / 1e12
+            if result.floor_ms and 0 < result.candidate_ms < result.floor_ms:
                 result.flags.append(f"faster_than_floor: {result.candidate_ms:.4g} ms < physical floor "
                                     f"{result.floor_ms:.4g} ms")
         if self.hw.is_gpu and self.kernel_names is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evoteam.harness.model import Status
 from evoteam.harness.protocol import Channel, ChannelClosed, ChannelTimeout
-from evoteam.harness.sandbox import SandboxedProcess, SandboxSpec
+from evoteam.harness.sandbox import FreezeFailed, SandboxedProcess, SandboxSpec
 from evoteam.harness.shared import FlagPage
 
 LOG_TAIL_CHARS = 4000
@@ -60,9 +60,31 @@ class RunnerHandle:
         self.channel = Channel(parent)
         self.record = self.process.record
         self.dead = False
+        self.frozen = False
+
+    # ------------------------------------------------------------------ running or not
+    def freeze(self) -> None:
+        """Stop every process of the runner (its cgroup: threads, children, other sessions) and wait until they are
+        stopped: nothing of it runs while the judge writes its inputs, checks its outputs or times the other side.
+        A freeze that is not complete in time ends the runner and fails the workload."""
+        if self.frozen or self.dead:
+            return
+        try:
+            self.process.freeze(True)
+        except FreezeFailed as exc:
+            self.kill()
+            raise RunnerFault(Status.TIMEOUT, f"{exc}: it was ended") from None
+        self.frozen = True
+
+    def thaw(self) -> None:
+        if self.frozen and not self.dead:
+            self.process.freeze(False)
+        self.frozen = False
 
     # ------------------------------------------------------------------ messages
     def send(self, message: dict, fds: list[int] | tuple[int, ...] = ()) -> None:
+        """A message to the runner (thawed first: a frozen runner cannot read it)."""
+        self.thaw()
         try:
             self.channel.send(message, fds)
         except ChannelClosed:
@@ -85,8 +107,12 @@ class RunnerHandle:
         return reply
 
     def ask(self, message: dict, timeout_s: float, fds: list[int] | tuple[int, ...] = ()) -> dict:
+        """A message and its answer; then the runner is frozen (it runs only while the judge talks to it or its
+        clock runs: nothing of it works unseen between two messages)."""
         self.send(message, fds)
-        return self.receive(timeout_s)
+        reply = self.receive(timeout_s)
+        self.freeze()
+        return reply
 
     def wait_flag(self, offset: int, value: int, deadline: float) -> dict | None:
         """Spin until the flag word reaches `value` (the runner's GPU writes it); an answer that the
@@ -129,6 +155,7 @@ class RunnerHandle:
     def close(self) -> None:
         if not self.dead:
             try:
+                self.thaw()
                 self.channel.send({"op": "exit"})
                 self.channel.recv(5)
             except Exception:  # noqa: BLE001 - it is being ended either way

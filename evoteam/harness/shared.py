@@ -145,11 +145,22 @@ _REGISTERED_PAGES: list[mmap.mmap] = []  # one 4 KiB page per runner the judge s
 
 class FlagPage:
     """A host page of 32-bit words shared with a runner (memfd), registered for the GPU where there
-    is one: `ready` (the runner's context is resident and waiting), `release` (the judge's start
-    signal) and `done` (the runner's end signal). Values only grow, so a stale word never matches."""
+    is one, each word set to the batch it belongs to (values only grow, so a stale word never matches):
+    `ready` (the runner's stream: its context is resident and waiting), per call k of a batch
+    `call_release(k)` (the judge: call k's late inputs are in) and `call_done(k)` (the runner's stream: call
+    k ended), and `done` (the runner's stream: the batch ended)."""
 
-    READY, RELEASE, DONE, REPORT = 0, 64, 128, 192  # byte offsets, apart on separate cache lines
+    READY, DONE = 0, 128  # byte offsets, apart on separate cache lines
+    MAX_CALLS = 16  # calls per batch the page has words for
     SIZE = 4096
+
+    @staticmethod
+    def call_release(k: int) -> int:
+        return 1024 + 64 * k
+
+    @staticmethod
+    def call_done(k: int) -> int:
+        return 2048 + 64 * k
 
     def __init__(self, device: str):
         self.fd = os.memfd_create("evoteam-flags", os.MFD_CLOEXEC)

@@ -163,17 +163,28 @@ def max_sets(workload):
     return max(1, int(a["num_pages"]) // max(1, int(a["num_kv_indices"])))
 
 
+def refreshed_pages(num_pages, needed):
+    """How many pages a batch rewrites: twice the pages its calls read, and at least an eighth of the pool (on the
+    full pool, 124k rows: more than the GPU's L2 holds), so that the rows that changed do not give away which pages
+    the late kv_indices will name."""
+    return min(num_pages, max(2 * needed, num_pages // 8))
+
+
 def refresh_inputs(workload, sets, generator):
     """Fresh values for the calls of one batch: new queries, new pages (distinct across the calls, so
-    no call finds another's rows in a cache) holding fresh rows; the request lengths (kv_indptr) stay."""
+    no call finds another's rows in a cache) holding fresh rows; the request lengths (kv_indptr) stay.
+    The pages rewritten are a larger random set (`refreshed_pages`) that the calls' pages are drawn from."""
     ckv, kpe = sets[0]["ckv_cache"], sets[0]["kpe_cache"]
     device, num_pages = ckv.device, ckv.shape[0]
     tokens = sets[0]["kv_indices"].shape[0]
-    pages = torch.randperm(num_pages, generator=generator, device=device)[:tokens * len(sets)]
-    ckv[pages] = torch.randn((pages.numel(), PAGE_SIZE, HEAD_DIM_CKV), generator=generator, device=device,
-                             dtype=torch.bfloat16)
-    kpe[pages] = torch.randn((pages.numel(), PAGE_SIZE, HEAD_DIM_KPE), generator=generator, device=device,
-                             dtype=torch.bfloat16)
+    rewritten = torch.randperm(num_pages, generator=generator, device=device)[
+        :refreshed_pages(num_pages, tokens * len(sets))]
+    ckv[rewritten] = torch.randn((rewritten.numel(), PAGE_SIZE, HEAD_DIM_CKV), generator=generator, device=device,
+                                 dtype=torch.bfloat16)
+    kpe[rewritten] = torch.randn((rewritten.numel(), PAGE_SIZE, HEAD_DIM_KPE), generator=generator, device=device,
+                                 dtype=torch.bfloat16)
+    pick = torch.randperm(rewritten.numel(), generator=generator, device=device)[:tokens * len(sets)]
+    pages = rewritten[pick]
     for j, inputs in enumerate(sets):
         inputs["q_nope"].copy_(torch.randn(inputs["q_nope"].shape, generator=generator, device=device,
                                            dtype=torch.bfloat16))

@@ -190,12 +190,18 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
     times = [r.candidate_ms for r in results]
     won = [r.status is Status.PASSED and r.candidate_ms is not None and r.candidate_ms < 500 * ctx.delay_s
            for r in results]
+    timing = "/".join(sorted({r.timing_mode.split(" ")[0] for r in results if r.timing_mode}))
     traces = _escape_traces(case, ctx, accepted_before) if case.evidence else []
     baseline_note = ""
     if "baseline_time" in case.evidence:
         slowed, baseline_note = _slowed_baseline(results, ctx, reps)
         traces += slowed
-    if case.expect == "fail":
+    if case.expect == "pass":
+        caught = all(r.status is Status.PASSED and r.candidate_ms is not None and r.speedup for r in results)
+        why = ("every workload PASSED with a time" if caught else
+               "an honest candidate was not PASSED with a time: " + "; ".join(r.detail[:160] for r in results
+                                                                           if r.status is not Status.PASSED))
+    elif case.expect == "fail":
         caught = all(r.status is not Status.PASSED for r in results)
         why = "every workload failed or was flagged" if caught else "a workload passed"
     elif case.expect == "fault":
@@ -207,6 +213,8 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
         why = "; ".join(traces) if traces else ("timed at or above its honest cost, or failed" if caught else
                                                 f"PASSED under its honest cost ({ctx.delay_s * 1e3:g} ms)")
         why += f" ({baseline_note})" if baseline_note and not traces else ""
+    if timing:
+        why += f" [{timing}]"
     return Row(case.name, case.cls, case.expect, statuses, times, "; ".join(traces) or "-", caught, why)
 
 
@@ -222,13 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hardware", default="auto")
     p.add_argument("--only", nargs="*", default=[])
+    p.add_argument("--first", nargs="*", default=[], help="these cases first, in this order, then the others")
     p.add_argument("--json", type=Path)
     p.add_argument("--reps", type=int)
     args = p.parse_args(argv)
     ctx = make_context(args.hardware)
     device = "cuda" if ctx.hw.is_gpu else "cpu"
-    cases = [c for c in cases_for(device) if not args.only or c.name in args.only]
-    unknown = set(args.only) - {c.name for c in CASES}
+    available = {c.name: c for c in cases_for(device)}
+    cases = [available[name] for name in args.only if name in available] if args.only else list(available.values())
+    cases = [c for name in args.first for c in cases if c.name == name] + [c for c in cases if c.name not in args.first]
+    unknown = (set(args.only) | set(args.first)) - {c.name for c in CASES}
     if unknown:
         print(f"unknown case(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
