@@ -206,10 +206,9 @@ def test_a_runners_processes_share_one_cpu_weight_however_many_sessions_they_sta
     if "no cpu weight" in proc.record["cgroup"]:
         proc.close()
         pytest.skip(f"no cpu controller here: {proc.record['cgroup']}")
-    outside = subprocess.Popen([sys.executable, "-c", "import os, time\nos.sched_setaffinity(0, {%d})\n"
-                                "end = time.monotonic() + 2\nwhile time.monotonic() < end:\n    pass\n"
-                                "print(time.process_time())" % cpu], stdout=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    burn = (f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\nend = time.monotonic() + 2\n"
+            "while time.monotonic() < end:\n    pass\nprint(time.process_time())")
+    outside = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         share = float(outside.communicate(timeout=30)[0]) / 2.0
     finally:
