@@ -21,7 +21,6 @@ from evoteam.harness.shared import Arena, TensorRef, aligned
 
 SAMPLE_WIDTH = 16  # bytes per sampled row
 SAMPLE_ROWS = 4096  # sampled rows per batch (64 KiB): an output region is sampled every region/4096 bytes
-SET_SAMPLE_ROWS = 256  # per call of a GPU batch, at its own end (16 calls: the batch's 4096)
 LATE_DEFAULT_BYTES = 1 << 20  # without a declaration, inputs this small (per call) are late
 
 
@@ -87,7 +86,6 @@ class CallSets:
             outputs = {n: self.arena.place(out_buf, s, d) for n, (s, d) in out_specs.items()}
             self.refs.append({"inputs": inputs, "outputs": outputs})
         self.out_buf, self.late_buf = out_buf, late_buf
-        self.set_start = [min(r.offset for r in ref["outputs"].values()) for ref in self.refs]
         self.set_end = [max(r.offset + r.nbytes for r in ref["outputs"].values()) for ref in self.refs]
         # each set's late inputs lie together in the late buffer: released call by call
         self.late_span = [(min(ref["inputs"][n].offset for n in self.late),
@@ -119,10 +117,6 @@ class CallSets:
                 own[n].copy_(value)
         self.sample_host = [torch.empty(SAMPLE_ROWS * SAMPLE_WIDTH, dtype=torch.uint8, pin_memory=self.is_cuda)
                             for _ in range(2)]
-        # per call of a GPU batch: where its sample goes, and where the judge reads it again
-        pinned = torch.empty((n_sets, 2, SET_SAMPLE_ROWS * SAMPLE_WIDTH), dtype=torch.uint8,
-                             pin_memory=True) if self.is_cuda else None  # one page-locked block: allocations are slow
-        self.set_sample_host = [[pinned[k, 0], pinned[k, 1]] for k in range(n_sets)] if pinned is not None else []
 
     # ------------------------------------------------------------------ what the runner is given
     def bind_message(self) -> tuple[dict, list[int]]:
@@ -176,19 +170,12 @@ class CallSets:
     def take_sample(self, sets: int, stream: int | None = None) -> Sample:
         """A copy of the output bytes every `pitch` bytes of the first `sets` sets' outputs, from a secret
         offset: the outputs of a whole batch at its end (GPU: enqueued on the copy engine of `stream`)."""
-        return self._sample(0, self.set_end[sets - 1], SAMPLE_ROWS, self.sample_host, stream)
-
-    def sample_set(self, j: int, slot: int, stream: int) -> Sample:
-        """The same for set j's outputs alone, enqueued on the copy engine of `stream` (GPU: at call j's end)."""
-        return self._sample(self.set_start[j], self.set_end[j], SET_SAMPLE_ROWS, self.set_sample_host[slot], stream)
-
-    def _sample(self, lo: int, hi: int, max_rows: int, hosts: list[torch.Tensor], stream: int | None) -> Sample:
-        region = hi - lo
+        region = self.set_end[sets - 1]
         rng = random.SystemRandom()
-        pitch = max(SAMPLE_WIDTH, (region // max_rows) // SAMPLE_WIDTH * SAMPLE_WIDTH)
+        pitch = max(SAMPLE_WIDTH, (region // SAMPLE_ROWS) // SAMPLE_WIDTH * SAMPLE_WIDTH)
         offset = rng.randrange(0, max(1, min(pitch, region) - SAMPLE_WIDTH + 1))
-        rows = max(0, min(max_rows, (region - offset) // pitch if pitch else 0))
-        sample = Sample(lo + offset, pitch, rows, hosts[0], hosts[1])
+        rows = max(0, min(SAMPLE_ROWS, (region - offset) // pitch if pitch else 0))
+        sample = Sample(offset, pitch, rows, self.sample_host[0], self.sample_host[1])
         self._read(sample, sample.host, stream)
         return sample
 
@@ -205,18 +192,13 @@ class CallSets:
             span = base[sample.offset:sample.offset + sample.rows * sample.pitch].view(sample.rows, sample.pitch)
             host[:sample.rows * SAMPLE_WIDTH].view(sample.rows, SAMPLE_WIDTH).copy_(span[:, :SAMPLE_WIDTH])
 
-    def changed_since(self, samples: list[Sample]) -> bool:
-        """Whether the outputs differ from their samples (written after the end they were taken at)."""
-        stream = torch.cuda.current_stream().cuda_stream if self.is_cuda else None
-        for sample in samples:
-            self._read(sample, sample.again, stream)
+    def changed_since(self, sample: Sample) -> bool:
+        """Whether the outputs differ from the sample taken at the end mark (written after it)."""
+        self._read(sample, sample.again, torch.cuda.current_stream().cuda_stream if self.is_cuda else None)
         if self.is_cuda:
             torch.cuda.current_stream().synchronize()
-        for sample in samples:
-            n = sample.rows * SAMPLE_WIDTH
-            if not torch.equal(sample.host[:n], sample.again[:n]):
-                return True
-        return False
+        n = sample.rows * SAMPLE_WIDTH
+        return not torch.equal(sample.host[:n], sample.again[:n])
 
     # ------------------------------------------------------------------ after a batch
     def unwritten(self, sets: list[int]) -> str | None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -46,7 +46,7 @@ BATCH_TIMEOUT_S = 60.0  # a graph batch's device work: a fault or a hang there s
 class Interval:
     ms: float  # the judge's clock over the batch (GPU: its events; CPU: the runner's cgroup CPU time); NaN on failure
     reply: dict  # the runner's answer: {"ok": True}, or a failure it reports (read by runners.claimed_failure)
-    samples: list[Sample] = field(default_factory=list)  # the outputs as they were at each call's end
+    sample: Sample | None = None  # the outputs as they were at the end mark
     wall_ms: float = math.nan  # CPU: the host clock over the same calls
     inputs_s: float = 0.0  # the judge's time writing inputs and flushing caches
     freeze_s: float = 0.0  # the judge's time freezing the runner
@@ -77,15 +77,15 @@ def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
     handle.freeze()  # the answer is in: what the runner did until it stopped is counted; nothing after it runs
     freeze_s += time.perf_counter() - t
     after = handle.process.cpu_usec()
-    samples = [calls.take_sample(max(sets) + 1)] if sets and not null else []
+    sample = calls.take_sample(max(sets) + 1) if sets and not null else None
     ms = (after - before) / 1e3 if before is not None and after is not None else wall
-    return Interval(ms, reply, samples, wall, inputs_s, freeze_s)
+    return Interval(ms, reply, sample, wall, inputs_s, freeze_s)
 
 
 def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, deadline: float,
             write: Callable[[], None], flusher: torch.Tensor, graph: bool, null: bool = False) -> Interval:
     """One GPU interval (see the module's docstring): `graph` replays the runner's captured calls, else its host
-    launches them; `null`: the protocol alone, the same words and samples for as many calls."""
+    launches them; `null`: the protocol alone, the same words and sample for as many calls."""
     n = len(sets)
     if not 1 <= n <= FlagPage.MAX_CALLS:
         raise ValueError(f"a batch holds 1 to {FlagPage.MAX_CALLS} calls, not {n}")
@@ -134,13 +134,12 @@ def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
             if early is not None:
                 out.reply = early
                 return out
-            out.samples = [calls.take_sample(n, stream.cuda_stream)]
         else:
             calls.release_late(sets[0], stream)
             cudadrv.stream_write_value(stream.cuda_stream, base + FlagPage.call_release(0), batch)
-            for k, j in enumerate(sets):
+            for k in range(n):
                 # Call k+1's late inputs go in only once call k has signalled its end (the judge's host reads the
-                # word); its outputs are sampled by the copy engine behind that release
+                # word)
                 early = handle.wait_flag(FlagPage.call_done(k), batch, deadline)
                 if early is not None:
                     out.reply = early
@@ -148,7 +147,7 @@ def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
                 if k + 1 < n:
                     calls.release_late(sets[k + 1], stream)
                     cudadrv.stream_write_value(stream.cuda_stream, base + FlagPage.call_release(k + 1), batch)
-                out.samples.append(calls.sample_set(j, k, stream.cuda_stream))
+        out.sample = calls.take_sample(max(sets) + 1, stream.cuda_stream)  # by the copy engine, behind the last call
         end.record()
         early = handle.wait_flag(FlagPage.DONE, batch, deadline)
         if early is not None:

@@ -176,7 +176,6 @@ class Judge:
         self.flusher = None
         if not hw.is_gpu:  # numpy's fill runs on the calling thread alone (torch's would use its thread pool)
             self.flusher = numpy.empty(2 * _last_level_cache_bytes(), dtype=numpy.uint8)
-        self.last_wall_ms = math.nan  # the host clock of the last CPU call (beside its CPU time)
         self.device_name = _device_name(self.device)
         if hw.is_gpu:
             torch.cuda.init()
@@ -186,7 +185,7 @@ class Judge:
             cudadrv.ensure_context(0)
             l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20))
             self.flusher = torch.empty(2 * l2, dtype=torch.uint8, device=self.device)
-            self.idle_flush_us = self._idle_flush_us()
+            self.idle_flush_us = _median([self._flush_us() for _ in range(10)])  # with no other work on the GPU
 
     # ------------------------------------------------------------------ the evaluation
     def run(self) -> EvalResult:
@@ -456,15 +455,12 @@ class Judge:
                 self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
         return out
 
-    def _idle_flush_us(self) -> float:
-        """The judge's L2 flush, enqueued to synchronized, with no other work on the GPU (median of 10)."""
-        times = []
-        for _ in range(10):
-            t0 = time.perf_counter()
-            self.flusher.zero_()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e6)
-        return _median(times)
+    def _flush_us(self) -> float:
+        """The judge's L2 flush, enqueued to synchronized, in microseconds: it waits behind other contexts' work."""
+        t0 = time.perf_counter()
+        self.flusher.zero_()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) * 1e6
 
     def _quiet(self) -> None:
         """Wait until no other context has work running on the GPU (the candidate's runner, frozen on the host, may
@@ -472,10 +468,7 @@ class Judge:
         slice. Flushes until one takes no longer than the idle one allows; GpuBusy after QUIET_LIMIT_S."""
         limit = time.monotonic() + QUIET_LIMIT_S
         while True:
-            t0 = time.perf_counter()
-            self.flusher.zero_()
-            torch.cuda.synchronize()
-            us = (time.perf_counter() - t0) * 1e6
+            us = self._flush_us()
             if us <= QUIET_FACTOR * self.idle_flush_us + QUIET_SLACK_US:
                 return
             if time.monotonic() > limit:
@@ -499,22 +492,22 @@ class Judge:
                                        out.reply.get("detail", ""))
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
             self.check_ms = out.ms
-            failure = self._after_call(calls, [0], out.samples, trial, verify=[0], errors=errors)
+            failure = self._after_call(calls, [0], out.sample, trial, verify=[0], errors=errors)
             if failure is not None:
                 return CheckResult(False, trial + 1, base_seed, failure, errors)
         return CheckResult(True, self.request.trials, base_seed, None, errors)
 
-    def _after_call(self, calls: CallSets, sets: list[int], samples: list, trial: int, verify: list[int],
+    def _after_call(self, calls: CallSets, sets: list[int], sample, trial: int, verify: list[int],
                     errors: dict[str, OutputError] | None = None):
         """The checks after a call or batch, in order; the first failure (a CheckFailure) or None."""
         from evoteam.harness.check import CheckFailure
 
         if self.hw.is_gpu:
             torch.cuda.synchronize()
-        if samples and calls.changed_since(samples):
+        if sample is not None and calls.changed_since(sample):
             return CheckFailure(Status.SKIPPED_WORK.value, "", trial, None, 0,
-                                "outputs were written after their call signalled its end (work left running past "
-                                "the end of its call, or another call's set computed there)")
+                                "outputs were written after the runner signalled the end of its calls (work left "
+                                "running past the end of the timed region)")
         failure = calls.inputs_unchanged(sets, trial)
         if failure is not None:
             return failure
@@ -590,8 +583,8 @@ class Judge:
         if mode is TimingMode.graph:
             failed = {}
             t = time.perf_counter()
-            for name, handle, count in (("candidate", cand, n), ("baseline", base, n)):
-                reply = handle.ask({"op": "capture", "sets": list(range(count))}, deadline - time.monotonic())
+            for name, handle in (("candidate", cand), ("baseline", base)):
+                reply = handle.ask({"op": "capture", "sets": list(range(n))}, deadline - time.monotonic())
                 if not reply.get("ok"):
                     failed[name] = reply.get("detail", "")[:160]
             self._phase("timing: graph capture", t)
@@ -771,7 +764,7 @@ class Judge:
                         return None
                     verify = [j for j in sets if candidate_call + j in picked]
                     candidate_call += n
-                    failure = self._after_call(calls_c, sets, out.samples, rnd, verify)
+                    failure = self._after_call(calls_c, sets, out.sample, rnd, verify)
                     self._phase(SUB_VERIFY, t)
                     result.calls_timed += n
                     result.calls_checked += len(verify)

@@ -67,7 +67,7 @@ class Runner:
         self.cuda = torch.cuda.is_available() and os.environ.get("EVOTEAM_RUNNER_DEVICE", "cpu").startswith("cuda")
         self.stream = None
         self.graph: torch.cuda.CUDAGraph | None = None  # the batch's calls (graph mode)
-        self.pending: list[tuple[int, list]] = []  # (batch, [(start, end) events per call]) of armed batches
+        self.pending: list[tuple[int, Any, Any]] = []  # (batch, start event, end event) of armed batches
         self._reported: list[tuple[int, float]] = []
         self._warm = None
 
@@ -246,7 +246,7 @@ class Runner:
             self.graph.replay()
         end.record()
         cudadrv.stream_write_value(s, base + FlagPage.DONE, batch)
-        self.pending.append((batch, [(start, end)] if not null else []))
+        self.pending.append((batch, start, end))
         return {"ok": True}
 
     def _prepare(self, batch: int) -> None:
@@ -261,18 +261,17 @@ class Runner:
 
     def _collect(self) -> list[tuple[int, float]]:
         out, keep = [], []
-        for batch, timed in self.pending:
-            if all(end.query() for _, end in timed):
-                out.append((batch, sum(start.elapsed_time(end) for start, end in timed)))
+        for batch, start, end in self.pending:
+            if end.query():
+                out.append((batch, start.elapsed_time(end)))
             else:
-                keep.append((batch, timed))
+                keep.append((batch, start, end))
         self.pending = keep
         self._reported += out
         return out
 
     def op_report(self, msg: dict, fds: list[int]) -> dict:
-        """Device-event times of finished batches (the calls' graphs alone), as this process measured them (not
-        trusted)."""
+        """Device-event times of finished batches, as this process measured them (not trusted)."""
         if self.cuda:
             torch.cuda.synchronize()
             self._collect()

@@ -138,6 +138,13 @@ def _v2_parent() -> Path:
     return parent
 
 
+def _enable_v2(controller: str) -> None:
+    """Enable a cgroup v2 controller for the runners' cgroups (in the root's and evoteam's subtree_control)."""
+    for control in (CGROUP_ROOT / "cgroup.subtree_control", _v2_parent() / "cgroup.subtree_control"):
+        if controller not in control.read_text().split():
+            control.write_text(f"+{controller}")
+
+
 class Cgroup:
     """One runner's cgroup (v2, or the memory, pids and freezer hierarchies of v1)."""
 
@@ -175,9 +182,7 @@ class Cgroup:
     def _weigh(self) -> None:
         """One CPU weight for all the runner's processes together (see CPU_WEIGHT)."""
         if self.version == "v2":
-            for control in (CGROUP_ROOT / "cgroup.subtree_control", _v2_parent() / "cgroup.subtree_control"):
-                if "cpu" not in control.read_text().split():
-                    control.write_text("+cpu")
+            _enable_v2("cpu")
             (self.dirs[0] / "cpu.weight").write_text(str(CPU_WEIGHT))
             return
         own = next((d for d in self.dirs if d.parts[-3] == "cpu"), None)
@@ -189,9 +194,7 @@ class Cgroup:
         """A cpuset: the runner's processes cannot move to another CPU (sched_setaffinity is masked by
         it), so the judge's cache flush on that CPU reaches every call."""
         if self.version == "v2":
-            for control in (CGROUP_ROOT / "cgroup.subtree_control", _v2_parent() / "cgroup.subtree_control"):
-                if "cpuset" not in control.read_text().split():
-                    control.write_text("+cpuset")
+            _enable_v2("cpuset")
             (self.dirs[0] / "cpuset.cpus").write_text(cpus)
             return
         root = CGROUP_ROOT / "cpuset"
