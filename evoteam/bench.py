@@ -30,7 +30,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--hardware", default="auto", help="a spec sheet of hardware/ or auto (default)")
     p.add_argument("--scale", choices=["full", "small"], help="problem scale (default: the target's)")
     p.add_argument("--workloads", nargs="*", default=[], help="unique uuid prefixes (default: all)")
-    p.add_argument("--baseline", default="auto", help="auto, reference, flashinfer, fla, flashkda, vllm, aiter")
+    p.add_argument("--baseline", default="auto", help="auto, reference, flashinfer, fla, flashkda, vllm, aiter, or "
+                   "solution (--baseline-option path=FILE: the A/A control, a kernel against itself)")
     p.add_argument("--baseline-option", action="append", default=[], metavar="KEY=VALUE",
                    help="adapter option, e.g. backend=fa3 or plan=per_call (repeatable)")
     p.add_argument("--timing", choices=list(TIMING_MODES), default="graph",
@@ -68,6 +69,10 @@ def _options(pairs: list[str]) -> dict[str, str]:
         if "=" not in pair:
             raise UserError(f"--baseline-option {pair!r} is not KEY=VALUE (e.g. backend=fa3)")
         key, value = pair.split("=", 1)
+        if key == "path":  # a file named here is found from the baseline's runner too (another folder)
+            if not Path(value).is_file():
+                raise UserError(f"--baseline-option path={value}: no such file; give a kernel file's path")
+            value = str(Path(value).resolve())
         out[key] = value
     return out
 
@@ -133,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     print()
     print(report.format_table(outcome.results, labels, name, hw.bandwidth_ceiling_tbs))
+    print(report.format_phases(outcome.phases, elapsed))
     sandbox = outcome.sandbox.get("mode", "-")
     print(f"evaluation {elapsed:.1f} s; sandbox {sandbox}; runner restarts {outcome.restarts}; "
           f"seed {outcome.seed}{'' if outcome.seed_secret else ' (given, not secret)'}")

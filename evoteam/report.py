@@ -75,3 +75,13 @@ def format_table(results: list[WorkloadResult], labels: dict[str, str], candidat
     for r in failures[:10]:
         lines.append(f"  {r.uuid[:8]} {r.status}: {r.detail[:200]}")
     return "\n".join(lines)
+
+
+def format_phases(phases: dict, wall_s: float) -> str:
+    """Where an evaluation's wall time went: one line per phase, largest first, with its share of `wall_s`."""
+    if not phases:
+        return "phases: none recorded"
+    lines = [f"where the {wall_s:.1f} s went (phases sum to {sum(phases.values()):.1f} s):"]
+    for name, seconds in sorted(phases.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {seconds:8.2f} s {100 * seconds / max(wall_s, 1e-9):5.1f}%  {name}")
+    return "\n".join(lines)

@@ -5,11 +5,13 @@
 #            shared across PID namespaces, intervals timed by the judge, escaped work, faults
 #   smoke    the champion on two MLA workloads, few rounds: does the harness run here at all
 #   mla      the MLA champion vs FlashInfer 0.5.3 (plan cached) on the 47 workloads: graph replay (the
-#            first run compiles), then events; MLA_WARM_GRAPH=1 adds graph again, warm; the wall time of each
-#            evaluation (walls.txt)
+#            first run compiles), then events, MLA_RUNS times (default 1); the wall time of each evaluation
+#            (walls.txt)
 #   kda      the KDA chunk kernel vs fla-core's Triton chunk_kda on 4 workloads (1k-16k tokens, both
 #            gates): events, then graph replay; fla's autotuning saved in autotune.tgz (AUTOTUNE_IN
 #            restores it, e.g. from a copy carried in the ignored .device-cache/)
+#   aa, aa_kda  the A/A control: the MLA champion (the KDA chunk kernel on the kda workloads) as candidate and as
+#            baseline (baseline=solution), graph then events: every workload must come out 1.00x within 2%
 #   redteam  the red-team suite (tests/redteam) on the GPU at full scale: one table (REDTEAM_ONLY="case ...": those
 #            cases alone; REDTEAM_SKIP="case ...": all but those; REDTEAM_FIRST="case ...": those first)
 #   mla_before, kda_before   the mla and kda parts with the harness before issue 18 (commit 151394c), from a
@@ -45,7 +47,8 @@ timed() {  # $1: name; the rest: evoteam.bench arguments. Appends "<name> <secon
   shift
   case $name in *_before) path=$PWD/$before${PYTHONPATH:+:$PYTHONPATH} ;; esac
   t0=$(date +%s%N)
-  PYTHONPATH=$path python3 -m evoteam.bench "$@" 2>&1 | grep --line-buffered -v '^\[' | tee -a "$log"
+  # PROFILE_DIR: each evaluation's judge under cProfile, its costliest functions in PROFILE_DIR/<name>.txt
+  EVOTEAM_JUDGE_PROFILE=${PROFILE_DIR:+$PROFILE_DIR/$name.txt} PYTHONPATH=$path python3 -m evoteam.bench "$@" 2>&1 | grep --line-buffered -v '^\[' | tee -a "$log"
   echo "wall $name $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$out/walls.txt" "$log"
 }
 for part in $parts; do
@@ -56,22 +59,32 @@ for part in $parts; do
     smoke)
       timeout 240 python3 -m evoteam.bench "$champion" --task mla_decode --baseline flashinfer --label champion \
         --workloads 00cb2bc2 5bef8d88 --warmup 1 --reps 5 2>&1 | tee -a "$log" ;;
-    mla)
+    mla|mla_before)  # MLA_RUNS=N (default 1): graph then events, N times (the first graph compiles the champion);
+                     # MLA_MODES="graph" (default "graph events") for fewer
+      suffix=${part#mla}
       mla=(--task mla_decode --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached
            --label champion)
-      timed mla_graph_first "$champion" "${mla[@]}" --timing graph --json "$out/mla_graph.json"
-      timed mla_events "$champion" "${mla[@]}" --timing events --json "$out/mla_events.json"
-      [ -n "${MLA_WARM_GRAPH:-}" ] && timed mla_graph_warm "$champion" "${mla[@]}" --timing graph \
-        --json "$out/mla_graph_warm.json" ;;
-    mla_before)
-      mla=(--task mla_decode --baseline flashinfer --baseline-option backend=auto --baseline-option plan=cached
-           --label champion)
-      timed mla_graph_before "$champion" "${mla[@]}" --timing graph --json "$out/mla_graph_before.json"
-      timed mla_events_before "$champion" "${mla[@]}" --timing events --json "$out/mla_events_before.json" ;;
+      for run in $(seq 1 "${MLA_RUNS:-1}"); do
+        for mode in ${MLA_MODES:-graph events}; do
+          timed "mla_${mode}${suffix}_$run" "$champion" "${mla[@]}" --timing "$mode" \
+            --json "$out/mla_${mode}${suffix}_$run.json"
+        done
+      done ;;
+    aa|aa_kda)  # the A/A control: the same kernel as candidate and as baseline, graph then events (1.00x within 2%)
+      if [ "$part" = aa ]; then
+        aa=(--task mla_decode --baseline solution --baseline-option "path=$champion" --label champion_aa)
+        timed aa_mla_graph "$champion" "${aa[@]}" --timing graph --json "$out/aa_mla_graph.json"
+        timed aa_mla_events "$champion" "${aa[@]}" --timing events --json "$out/aa_mla_events.json"
+      else
+        aa=(--task kda_prefill --baseline solution --baseline-option "path=$kda_kernel" --label chunk_aa
+            --workloads $kda_workloads)
+        timed aa_kda_graph "$kda_kernel" "${aa[@]}" --timing graph --json "$out/aa_kda_graph.json"
+        timed aa_kda_events "$kda_kernel" "${aa[@]}" --timing events --json "$out/aa_kda_events.json"
+      fi ;;
     kda|kda_before)
       suffix=${part#kda}
       kda=(--task kda_prefill --baseline fla --warmup 3 --reps 20 --label chunk --workloads $kda_workloads)
-      timed "kda_events$suffix" "$kda_kernel" "${kda[@]}" --timing events --json "$out/kda_events$suffix.json"
+      [ -z "${KDA_NO_EVENTS:-}" ] && timed "kda_events$suffix" "$kda_kernel" "${kda[@]}" --timing events --json "$out/kda_events$suffix.json"
       timed "kda_graph$suffix" "$kda_kernel" "${kda[@]}" --timing graph --json "$out/kda_graph$suffix.json" ;;
     redteam)
       only=()

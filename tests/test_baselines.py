@@ -93,3 +93,28 @@ def test_the_flashkda_adapter_calls_flash_kda_itself_with_its_layouts(cpu, monke
     softplus = next(w for w in task.scaled_workloads("small") if not w.inputs["bounded_gate"].value)
     with pytest.raises(baselines.BaselineUnavailable, match="only the bounded gate"):
         baselines.FlashKDA().prepare(task, softplus, task.make_inputs(softplus, torch.Generator(), "cpu"))
+
+
+def test_the_solution_adapter_runs_a_kernel_file_as_the_baseline(cpu, tmp_path):
+    """baseline=solution (the A/A control): a kernel file of the task's calling convention, loaded once, named by
+    its file and versioned by its content (a baseline cache entry serves that exact file only)."""
+    from conftest import REPO
+
+    task = load_task("mla_decode")
+    workload = task.scaled_workloads("small")[0]
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text((REPO / "tests/data/candidates/mla_torch.py").read_text())
+    adapter = baselines.create("solution", task, cpu, path=str(kernel))
+    assert adapter.label == "solution[kernel.py]"
+    version = adapter.version
+    inputs = task.make_inputs(workload, torch.Generator().manual_seed(0), "cpu")
+    shapes = task.output_shapes(workload, inputs)
+    outputs = {"output": torch.full(shapes["output"], float("nan"), dtype=torch.bfloat16),
+               "lse": torch.full(shapes["lse"], float("nan"))}
+    adapter.prepare(task, workload, inputs)(**inputs, **outputs)
+    expected = task.reference(inputs)
+    assert torch.allclose(outputs["output"].float(), expected["output"].float(), atol=1e-2, rtol=1e-2)
+    kernel.write_text(kernel.read_text() + "\n# changed\n")
+    assert adapter.version != version
+    with pytest.raises(baselines.BaselineUnavailable, match="needs path=FILE"):
+        baselines.create("solution", task, cpu, path=str(tmp_path / "missing.py"))

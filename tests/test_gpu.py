@@ -128,3 +128,26 @@ def test_the_baseline_library_is_out_of_the_candidates_reach(hw):
     assert result.status == "compile_error" and "flashinfer" in result.detail, (result.status, result.detail)
     assert "baseline_kernels" in result.detail
     assert result.speedup is None
+
+
+@pytest.mark.parametrize("mode", ["graph", "events"])
+def test_the_same_kernel_as_candidate_and_baseline_comes_out_even(hw, tmp_path, mode):
+    """The A/A control: the MLA champion as the candidate and as the baseline (baseline=solution), every one of the
+    47 workloads 1.00x within 2% by graph replay (5% by events). scripts/gpu_integrity_report.sh aa runs the same."""
+    import subprocess
+    import sys
+
+    from evoteam.harness.executor import evaluate
+    from evoteam.harness.model import EvalRequest
+
+    from conftest import REPO
+
+    kernel = tmp_path / "champion.py"
+    subprocess.run([sys.executable, "-m", "evoteam.sweep", "--build", str(REPO / "kernels/mla_decode/champion_h200.json"),
+                    "--emit-kernel", str(kernel)], check=True, cwd=REPO)
+    request = EvalRequest(task="mla_decode", hardware=hw.name, solution=str(kernel), baseline="solution",
+                          baseline_options={"path": str(kernel)}, timing_mode=mode, second_figure=False)
+    results = evaluate(request, timeout_s=600).results
+    bound = 0.02 if mode == "graph" else 0.05
+    off = {r.uuid[:8]: r.speedup for r in results if r.status != "PASSED" or abs(r.speedup - 1) > bound}
+    assert not off, off

@@ -3,7 +3,7 @@ runner. Recovery from crashes, hangs, bad code and out-of-memory; the static fil
 that skip work; the physical floor; what every result records."""
 
 import dataclasses
-import re
+import time
 
 import pytest
 from planted import variant, write_planted
@@ -43,7 +43,9 @@ def _request(candidate: str, uuids, directory=CANDIDATES, **kw) -> EvalRequest:
 
 
 def test_correct_candidate_is_timed_against_the_reference(small_uuids):
+    started = time.monotonic()
     result = evaluate(_request("mla_torch.py", small_uuids[:2]), timeout_s=120)
+    wall = time.monotonic() - started
     assert [r.status for r in result.results] == ["PASSED", "PASSED"], result.log_tail
     for r in result.results:
         assert r.baseline == "reference" and r.timing_mode == "cputime"
@@ -61,15 +63,15 @@ def test_correct_candidate_is_timed_against_the_reference(small_uuids):
     assert result.sandbox["mode"] == "strict" and result.sandbox["tool"] == "bubblewrap"
     assert result.sandbox["uid"] == 65534 and result.sandbox["network"].startswith("none")
     assert result.seed_secret and isinstance(result.seed, int)
-    # where the judge's time went, the timing phase split by what it did (each part a positive figure, printed to
-    # 0.01 s: eight rounded figures stay within 0.05 s of the sum they round)
-    phases = dict(re.findall(r"(?:, |by phase: )([a-z: ]+?) ([0-9.]+) s", result.log_tail))
-    for part in ("runner start", "checks", "timing", "timing: inputs", "timing: batches",
+    # where the evaluation's time went: every phase positive or zero, the timing phase split by what it did, and
+    # the table summing to the evaluation's wall time (measured here around it)
+    phases = result.phases
+    for part in ("judge start", "runner start", "checks", "timing: inputs", "timing: batches",
                  "timing: checks of timed calls", "timing: freezing", "timing: baseline setup",
-                 "timing: report and flags"):
-        assert part in phases, (part, result.log_tail[-600:])
-    assert float(phases["timing: batches"]) > 0
-    assert sum(float(phases[p]) for p in phases if p.startswith("timing: ")) <= float(phases["timing"]) + 0.05
+                 "timing: report and flags", "timing: other", "workload end (buffers freed)", "judge: other"):
+        assert part in phases and phases[part] >= 0, (part, phases)
+    assert phases["timing: batches"] > 0
+    assert sum(phases.values()) == pytest.approx(wall, abs=0.2)
     again = evaluate(_request("mla_torch.py", small_uuids[:1]), timeout_s=120)
     assert again.seed != result.seed  # no seed is shared between evaluations
 
@@ -358,10 +360,15 @@ def test_a_runner_not_frozen_in_time_fails_its_workload_and_the_next_goes_on(sma
     from evoteam.harness import sandbox
 
     real = sandbox.SandboxedProcess.freeze
-    stuck = {"left": 1}  # the first candidate runner's first freeze never completes
+    # the first candidate runner's first freeze within a workload never completes (its first two: after its hello
+    # and its load, before any workload)
+    stuck = {"skip": 2, "left": 1}
 
     def freeze(self, frozen):
         if frozen and self.guard is not None and stuck["left"]:  # the guard holds candidate runners only
+            if stuck["skip"]:
+                stuck["skip"] -= 1
+                return real(self, frozen)
             stuck["left"] -= 1
             raise sandbox.FreezeFailed("the runner's processes were not all frozen within 2 s (simulated)")
         return real(self, frozen)
@@ -409,3 +416,39 @@ def test_the_pages_a_batch_rewrites_do_not_give_away_the_ones_its_calls_read():
     named = set(torch.cat([s["kv_indices"] for s in sets]).tolist())
     assert named <= changed  # every page a call reads holds fresh rows
     assert len(changed) >= max(2 * len(named), before.shape[0] // 8) * 0.99, (len(changed), len(named))
+
+
+def test_a_batch_is_checked_whole_and_a_finding_still_names_its_set():
+    """CallSets lay every set out alike: one comparison covers a batch's inputs, one its outputs' poison; a change
+    or an unwritten element in any one set is found, and named."""
+    import torch
+
+    from evoteam.harness.calls import CallSets
+
+    task = load_task("mla_decode")
+    workload = task.scaled_workloads("small")[2]
+    calls = CallSets(task, workload, "cpu", 4)
+    sets = list(range(calls.n_sets))
+    assert calls.n_sets == 4
+    calls.refresh(sets, seed=7)
+    # the runner's inputs are the judge's, bit for bit; the late ones hold decoys until released
+    assert calls.inputs_unchanged(sets, 0) is not None  # decoys differ from the truth
+    calls.release_late()
+    assert calls.inputs_unchanged(sets, 0) is None
+    for j in sets:  # fresh values per set: no two sets share their queries or their pages
+        assert not torch.equal(calls.inputs[j]["q_nope"], calls.inputs[(j + 1) % 4]["q_nope"])
+        assert torch.equal(calls.inputs[j]["kv_indices"], calls.pristine[j]["kv_indices"])
+    calls.inputs[2]["q_pe"].view(-1)[5] += 1  # (the judge's own view: a runner's would be read-only on a CPU)
+    failure = calls.inputs_unchanged(sets, 0)
+    assert failure is not None and failure.check == "input_modified" and "q_pe" in failure.detail
+    # outputs: poisoned whole, and an element left unwritten in set 3 is named
+    assert calls.unwritten(sets).startswith("output:")
+    reference = [task.reference(calls.pristine[j]) for j in sets]
+    for j in sets:
+        for name, value in reference[j].items():
+            calls.outputs[j][name].copy_(value)
+    assert calls.unwritten(sets) is None
+    calls.poison([3])
+    assert calls.unwritten([0, 1, 2]) is None and "(call 3 of the batch)" in calls.unwritten(sets)
+    calls.close()
+

@@ -14,6 +14,9 @@ destination-passing callable `fn(**inputs, **outputs)`.
                        imports (scripts/build_flashkda.sh builds it from its source)
   vllm                 vLLM's KDA kernel when vllm imports
   aiter                AITER's MLA decode on ROCm when aiter imports (UNVERIFIED: no AMD GPU here)
+  solution             a kernel file of the task's own calling convention, option path=FILE (entry=run): the A/A
+                       control (the same kernel as candidate and as baseline must come out 1.00x) and kernel-vs-kernel
+                       comparisons; it runs in the trusted runner, so give only code you trust
 """
 
 from __future__ import annotations
@@ -307,6 +310,46 @@ class AiterMLA(Baseline):
         return run
 
 
+class SolutionBaseline(Baseline):
+    name = "solution"
+    backends = ("cpu", "cuda", "rocm")
+
+    def __init__(self, path: str = "", entry: str = "run"):
+        if not path or not os.path.isfile(path):
+            raise BaselineUnavailable(f"baseline solution needs path=FILE of a kernel (got {path!r}); e.g. "
+                                      f"--baseline solution --baseline-option path=kernels/mla_decode/seed_triton.py")
+        self.path, self.entry = os.path.abspath(path), entry
+        self._fn: Callable[..., None] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"solution[{os.path.basename(self.path)}]"
+
+    @property
+    def version(self) -> str:  # its content: a baseline cache entry serves this exact file only
+        import hashlib
+
+        with open(self.path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:16]
+
+    def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
+        if self._fn is None:
+            import importlib.util
+            import sys
+
+            folder = os.path.dirname(self.path)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)  # a solution's other files import as modules, as for a candidate
+            spec = importlib.util.spec_from_file_location("evoteam_baseline_solution", self.path)
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            fn = getattr(module, self.entry, None)
+            if not callable(fn):
+                raise BaselineUnavailable(f"{self.path} defines no callable {self.entry!r}")
+            self._fn = fn
+        return self._fn
+
+
 ADAPTERS: dict[str, type[Baseline]] = {
     "reference": ReferenceBaseline,
     "flashinfer": FlashInferMLA,
@@ -314,6 +357,7 @@ ADAPTERS: dict[str, type[Baseline]] = {
     "flashkda": FlashKDA,
     "vllm": VllmKDA,
     "aiter": AiterMLA,
+    "solution": SolutionBaseline,
 }
 
 # baseline=auto: the first available, per backend; the reference is the last resort.

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from evoteam.harness.check import _bits_view, _poison_value, compare_inputs, compare_with_reference
-from evoteam.harness.shared import Arena, TensorRef, aligned
+from evoteam.harness.shared import Arena, TensorRef, _view, aligned
 
 SAMPLE_WIDTH = 16  # bytes per sampled row
 SAMPLE_ROWS = 4096  # sampled rows per batch (64 KiB): an output region is sampled every region/4096 bytes
@@ -48,12 +48,21 @@ class Sample:
 
 
 class CallSets:
-    def __init__(self, task, workload, device: str, n_sets: int, budget_bytes: int = 4 << 30):
+    """Every set has the same layout: set j's per-call inputs, late inputs and outputs sit at the same offsets in
+    their buffers as set 0's, one block further on per set, so one operation covers a batch's every set (the poison,
+    the check for unwritten outputs). The judge's own copy of the input buffer (`truth`) has the runner's layout too:
+    a batch's fresh values are drawn once, into it, and copied across whole; the runner's inputs are checked against
+    it with one comparison."""
+
+    def __init__(self, task, workload, device: str, n_sets, budget_bytes: int = 4 << 30):
+        """`n_sets`: how many sets at most, or a function of one set's inputs that says."""
         self.task, self.workload, self.device = task, workload, device
         self.is_cuda = device.startswith("cuda")
         gen = torch.Generator(device=device)
         gen.manual_seed(0)
         template = task.make_inputs(workload, gen, device)
+        if callable(n_sets):
+            n_sets = n_sets(template)
         self.scalars = {n: v for n, v in template.items() if not isinstance(v, torch.Tensor)}
         tensors = {n: v for n, v in template.items() if isinstance(v, torch.Tensor)}
         shapes = task.output_shapes(workload, template)
@@ -86,35 +95,49 @@ class CallSets:
             outputs = {n: self.arena.place(out_buf, s, d) for n, (s, d) in out_specs.items()}
             self.refs.append({"inputs": inputs, "outputs": outputs})
         self.out_buf, self.late_buf = out_buf, late_buf
+        buffers = self.arena.buffers
+        self.in_base, self.out_base = buffers[in_buf].base, buffers[out_buf].base
+        self.late_base = buffers[late_buf].base if late_buf is not None else None
+        # where set j's block ends in each buffer (blocks are uniform: set j's starts one block after set j-1's)
+        self.shared_end, self.in_block, self.out_block = size(shared), size(per_call), out_bytes
+        self.late_block = size(self.late)
         self.set_end = [max(r.offset + r.nbytes for r in ref["outputs"].values()) for ref in self.refs]
         # each set's late inputs lie together in the late buffer: released call by call
-        self.late_span = [(min(ref["inputs"][n].offset for n in self.late),
-                           max(ref["inputs"][n].offset + ref["inputs"][n].nbytes for n in self.late))
-                          if self.late else (0, 0) for ref in self.refs]
-        # The judge's views of the shared buffers, and its own copies (never shared).
+        self.late_span = [(j * self.late_block, (j + 1) * self.late_block) if self.late else (0, 0)
+                          for j in range(n_sets)]
+        # The judge's views of the shared buffers, and its own copies (never shared): `truth` mirrors the input
+        # buffer byte for byte, `late_truth` holds the late inputs' true values (the runner sees decoys until the
+        # clock starts).
         self.inputs = [{**{n: self.arena.tensor(r) for n, r in ref["inputs"].items()}, **self.scalars}
                        for ref in self.refs]
         self.outputs = [{n: self.arena.tensor(r) for n, r in ref["outputs"].items()} for ref in self.refs]
-        late_bytes = self.arena.buffers[late_buf].nbytes if late_buf is not None else 0
+        self.truth = torch.zeros(buffers[in_buf].used, dtype=torch.uint8, device=device)
+        late_bytes = buffers[late_buf].nbytes if late_buf is not None else 0
         self.late_truth = torch.empty(late_bytes, dtype=torch.uint8, device=device)
         self.staging = torch.empty(late_bytes, dtype=torch.uint8, pin_memory=self.is_cuda) if self.is_cuda \
             else self.late_truth
-        pristine_shared = {n: torch.empty_like(tensors[n]) for n in shared}
         self.pristine = []
         for ref in self.refs:
-            own = dict(pristine_shared)
-            for n in per_call:
-                own[n] = torch.empty_like(tensors[n])
-            for n in self.late:
-                r = ref["inputs"][n]
-                own[n] = self.late_truth[r.offset:r.offset + r.nbytes].view(tensors[n].dtype).view(tensors[n].shape)
+            own = {n: _view(self.late_truth if n in self.late else self.truth, r) for n, r in ref["inputs"].items()}
             self.pristine.append({**own, **self.scalars})
-        # Refreshing this view writes what the runner sees, but the late inputs' truth into the judge's copy.
-        self._shared_view = [{**inputs, **{n: p[n] for n in self.late}} for inputs, p in zip(self.inputs, self.pristine)]
-        for inputs, own in zip(self.inputs, self.pristine):  # start equal everywhere (refreshes touch only what calls read)
+        for j, own in enumerate(self.pristine):  # start equal everywhere (a shared input is one tensor)
             for n, value in tensors.items():
-                inputs[n].copy_(value)
-                own[n].copy_(value)
+                if j == 0 or n not in shared:
+                    own[n].copy_(value)
+        self.in_base[:self.truth.numel()].copy_(self.truth)
+        if self.late:
+            self.late_base.copy_(self.late_truth)
+        # the poison, laid out as the output buffer: a batch's outputs are poisoned with one copy
+        self.poison_image = torch.zeros(buffers[out_buf].used, dtype=torch.uint8, device=device)
+        for ref in self.refs:
+            for r in ref["outputs"].values():
+                out = _view(self.poison_image, r)
+                _bits_view(out).fill_(_poison_value(out.dtype))
+        # per output: its every set as one strided view of its bits (set j at row j), for the check of unwritten ones
+        self.output_rows = {n: (_stacked(_bits_view(self.outputs[0][n]), n_sets, self.out_block).reshape(n_sets, -1),
+                                _poison_value(self.outputs[0][n].dtype)) for n in self.outputs[0]}
+        # per late input: its every set as one view (set j at index j), where the decoys go
+        self.late_rows = {n: _stacked(self.inputs[0][n], n_sets, self.late_block) for n in self.late}
         self.sample_host = [torch.empty(SAMPLE_ROWS * SAMPLE_WIDTH, dtype=torch.uint8, pin_memory=self.is_cuda)
                             for _ in range(2)]
 
@@ -129,27 +152,32 @@ class CallSets:
                          "outputs": {n: ref["outputs"][n].to_json() for n in self.task.definition.outputs}})
         return {"op": "bind", "buffers": descriptors, "sets": sets, "workload": self.workload.to_json()}, fds
 
+    def _in_end(self, sets: list[int]) -> int:
+        return self.shared_end + (max(sets) + 1) * self.in_block
+
     # ------------------------------------------------------------------ before a batch
     def refresh(self, sets: list[int], seed: int) -> None:
-        """Fresh values for `sets` (in the runner's buffers and in the judge's copies, the late
-        inputs only in the judge's), then decoys where the late inputs go."""
-        for target in (self.pristine, self._shared_view):
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(seed)
-            self.task.refresh_inputs(self.workload, [target[j] for j in sets], gen)
+        """Fresh values for `sets`, drawn once into the judge's copies and copied whole into the runner's input
+        buffer (the late inputs only into the judge's: decoys go where the runner sees them)."""
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        self.task.refresh_inputs(self.workload, [self.pristine[j] for j in sets], gen)
+        end = self._in_end(sets)
+        self.in_base[:end].copy_(self.truth[:end])
         if self.late:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(seed ^ 0x5DEECE66D)
-            for j in sets:
-                self.task.decoy_inputs(self.workload, self.inputs[j], self.late, gen)
+            # the batch's sets at once: each late input as one tensor with a leading axis of sets
+            lo, hi = min(sets), max(sets) + 1
+            stacked = {**self.inputs[lo], **{n: rows[lo:hi] for n, rows in self.late_rows.items()}}
+            self.task.decoy_inputs(self.workload, stacked, self.late, gen)
             if self.is_cuda:
                 self.staging.copy_(self.late_truth, non_blocking=True)
         self.poison(sets)
 
     def poison(self, sets: list[int]) -> None:
-        for j in sets:
-            for out in self.outputs[j].values():
-                _bits_view(out).fill_(_poison_value(out.dtype))
+        lo, hi = min(sets) * self.out_block, (max(sets) + 1) * self.out_block
+        self.out_base[lo:hi].copy_(self.poison_image[lo:hi])
 
     # ------------------------------------------------------------------ at the start mark
     def release_late(self, j: int | None = None, stream=None) -> None:
@@ -202,6 +230,10 @@ class CallSets:
 
     # ------------------------------------------------------------------ after a batch
     def unwritten(self, sets: list[int]) -> str | None:
+        lo, hi = min(sets), max(sets) + 1
+        hits = [(rows[lo:hi] == poison).any() for rows, poison in self.output_rows.values()]
+        if not bool(torch.stack(hits).any()):  # one synchronisation for the batch; the detail only on a finding
+            return None
         for j in sets:
             for name, out in self.outputs[j].items():
                 bits = _bits_view(out)
@@ -217,6 +249,13 @@ class CallSets:
         return compare_with_reference(self.task, self.outputs[j], reference, trial, elementwise_factor)
 
     def inputs_unchanged(self, sets: list[int], trial: int):
+        end = self._in_end(sets)
+        same = torch.equal(self.in_base[:end], self.truth[:end])
+        if same and self.late:
+            lo, hi = self.late_span[min(sets)][0], self.late_span[max(sets)][1]
+            same = torch.equal(self.late_base[lo:hi], self.late_truth[lo:hi])
+        if same:
+            return None
         shared_done = False
         for j in sets:
             now = {n: v for n, v in self.inputs[j].items() if isinstance(v, torch.Tensor)
@@ -226,10 +265,17 @@ class CallSets:
             shared_done = True
             if failure is not None:
                 return failure
-        return None
+        from evoteam.harness.check import CheckFailure
+
+        return CheckFailure("input_modified", "", trial, None, 0, "the input buffer changed between its tensors")
 
     def close(self) -> None:
         self.arena.close()
+
+
+def _stacked(first: torch.Tensor, n_sets: int, block: int) -> torch.Tensor:
+    """Set 0's tensor and its n_sets - 1 successors, one block of bytes apart, as one tensor [n_sets, *shape]."""
+    return first.as_strided((n_sets, *first.shape), (block // first.element_size(), *first.stride()))
 
 
 def _numel(shape) -> int:

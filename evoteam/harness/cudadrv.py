@@ -236,3 +236,43 @@ def copy_strided_to_host(stream: int, src: int, pitch: int, width: int, height: 
     desc.WidthInBytes, desc.Height = width, height
     _check(_fn("cuMemcpy2DAsync_v2", "cuMemcpy2DAsync")(ctypes.byref(desc), ctypes.c_void_p(stream)),
            "cuMemcpy2DAsync")
+
+
+class _KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
+    _fields_ = [("func", ctypes.c_void_p), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("sharedMemBytes", ctypes.c_uint), ("kernelParams", ctypes.c_void_p), ("extra", ctypes.c_void_p),
+                ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
+
+
+CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_GRAPH = 0, 1
+
+
+def graph_kernel_names(graph: int) -> list[str]:
+    """The (mangled) names of the kernels a CUDA graph launches, read from its nodes (child graphs included): what
+    a profiler would list for its replay, without one (the profiler's start cost seconds)."""
+    count = ctypes.c_size_t()
+    _check(_fn("cuGraphGetNodes")(ctypes.c_void_p(graph), None, ctypes.byref(count)), "cuGraphGetNodes")
+    nodes = (ctypes.c_void_p * max(1, count.value))()
+    _check(_fn("cuGraphGetNodes")(ctypes.c_void_p(graph), nodes, ctypes.byref(count)), "cuGraphGetNodes")
+    names: list[str] = []
+    for node in nodes[:count.value]:
+        kind = ctypes.c_int()
+        _check(_fn("cuGraphNodeGetType")(ctypes.c_void_p(node), ctypes.byref(kind)), "cuGraphNodeGetType")
+        if kind.value == CU_GRAPH_NODE_TYPE_GRAPH:
+            child = ctypes.c_void_p()
+            _check(_fn("cuGraphChildGraphNodeGetGraph")(ctypes.c_void_p(node), ctypes.byref(child)),
+                   "cuGraphChildGraphNodeGetGraph")
+            names += graph_kernel_names(child.value or 0)
+            continue
+        if kind.value != CU_GRAPH_NODE_TYPE_KERNEL:
+            continue
+        params = _KernelNodeParams()
+        _check(_fn("cuGraphKernelNodeGetParams_v2", "cuGraphKernelNodeGetParams")(
+            ctypes.c_void_p(node), ctypes.byref(params)), "cuGraphKernelNodeGetParams")
+        name = ctypes.c_char_p()
+        if params.func:
+            _check(_fn("cuFuncGetName")(ctypes.byref(name), ctypes.c_void_p(params.func)), "cuFuncGetName")
+        elif params.kern:
+            _check(_fn("cuKernelGetName")(ctypes.byref(name), ctypes.c_void_p(params.kern)), "cuKernelGetName")
+        names.append(name.value.decode(errors="replace") if name.value else "?")
+    return names

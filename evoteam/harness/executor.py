@@ -27,10 +27,11 @@ from typing import Protocol
 
 from evoteam.errors import UserError
 from evoteam.harness import scratch
-from evoteam.harness.model import EvalRequest, EvalResult, Status, WorkloadResult
+from evoteam.harness.model import EvalRequest, EvalResult, Status, WorkloadResult, add_phases
 from evoteam.schema import read_journal
 
 POLL_S = 0.05
+OUTSIDE = "outside the judge (its process started, followed, ended)"  # the phase table's executor line
 LOG_TAIL_CHARS = 4000
 
 
@@ -56,7 +57,8 @@ class _LocalJudge:
         req_path.write_text(json.dumps(asdict(request)))
         self.progress_path = workdir / "progress.jsonl"
         self.log_path = workdir / "judge.log"
-        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1", "EVOTEAM_JUDGE_PARENT": str(os.getpid())}
+        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1", "EVOTEAM_JUDGE_PARENT": str(os.getpid()),
+               "EVOTEAM_JUDGE_SPAWNED": repr(time.time())}
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen([python, "-m", "evoteam.harness.judge", str(req_path), str(self.progress_path)],
                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -179,6 +181,7 @@ def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_
     summary: dict = {}
     restarts, logs = 0, []
     deadline = time.monotonic() + total_timeout_s if total_timeout_s else None
+    started, judge_phases = time.monotonic(), []
 
     def record(result: WorkloadResult) -> None:
         results[result.uuid] = result
@@ -200,6 +203,7 @@ def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_
                 getattr(judge, "close", lambda: None)()
             if summary.get("event") == "error":
                 raise UserError(summary["message"])
+            judge_phases.append(summary.get("phases") or {})
             remaining = [u for u in remaining if u not in results]
             if not remaining:
                 break
@@ -215,11 +219,13 @@ def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_
             restarts += 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    phases = add_phases(judge_phases)
+    phases[OUTSIDE] = max(0.0, time.monotonic() - started - sum(phases.values()))
     log_tail = "\n".join(x for x in [summary.get("log_tail") or ""] +
                          [f"=== judge {i} ===\n{text}" for i, text in enumerate(logs) if text.strip()] if x)
     return EvalResult(results=[results[u] for u in uuids], restarts=summary.get("restarts", 0) + restarts,
                       log_tail=log_tail[-4 * LOG_TAIL_CHARS:], sandbox=summary.get("sandbox", {}),
-                      seed=summary.get("seed"), seed_secret=summary.get("seed_secret", True))
+                      seed=summary.get("seed"), seed_secret=summary.get("seed_secret", True), phases=phases)
 
 
 def _follow(judge: JudgeProcess, record, deadline: float | None, stall_limit: float) -> tuple[str | None, str, dict]:

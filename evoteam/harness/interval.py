@@ -87,8 +87,8 @@ def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
     """One GPU interval (see the module's docstring): `graph` replays the runner's captured calls, else its host
     launches them; `null`: the protocol alone, the same words and sample for as many calls."""
     n = len(sets)
-    if not 1 <= n <= FlagPage.MAX_CALLS:
-        raise ValueError(f"a batch holds 1 to {FlagPage.MAX_CALLS} calls, not {n}")
+    if n < 1 or (not graph and n > FlagPage.MAX_CALLS):  # graph mode uses one release word for the batch
+        raise ValueError(f"a batch holds 1 to {FlagPage.MAX_CALLS} calls (a graph any number), not {n}")
     if graph:
         deadline = min(deadline, time.monotonic() + BATCH_TIMEOUT_S)
     flags, finished = handle.flags, False
@@ -170,7 +170,7 @@ def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
 def _unblock(flags: FlagPage, batch: int, n: int) -> None:
     """A batch that ended early (a call raised, the runner died or hung): the words the runner's stream may still
     wait for, written from the host, so that nothing of it stays queued behind them."""
-    for k in range(n):
+    for k in range(min(n, FlagPage.MAX_CALLS)):  # a graph batch waits on call 0's word alone
         flags.set(FlagPage.call_release(k), batch)
         flags.set(FlagPage.call_done(k), batch)
     flags.set(FlagPage.DONE, batch)

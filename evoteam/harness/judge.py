@@ -49,6 +49,7 @@ from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.hardware import HardwareSpec
 from evoteam.harness import interval, scan, scratch
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
+from evoteam.harness.cache_flush import last_level_cache_bytes
 from evoteam.harness.calls import CallSets
 from evoteam.harness.candidate import Candidate, CandidateError
 from evoteam.harness.check import CheckResult, OutputError
@@ -65,7 +66,22 @@ from evoteam.task import load_task
 SUB_INPUTS, SUB_BATCHES, SUB_VERIFY, SUB_FREEZE = ("timing: inputs", "timing: batches", "timing: checks of timed calls",
                                                    "timing: freezing")
 SUB_BASELINE, SUB_FLAGS = "timing: baseline setup", "timing: report and flags"
-MAX_SETS = 16  # calls per batch in graph mode (fewer where the task's pool or the memory budget holds fewer)
+SUB_OTHER = "timing: other"
+# the phases outside the workloads: the judge's process until its first workload (imports, the GPU context, the
+# flush buffer), each workload's end (its buffers unbound and freed), the runners closed at the end; whatever is in
+# no phase is "judge: other", so that the judge's phases sum to its process's life
+PHASE_START, PHASE_UNBIND, PHASE_END, PHASE_OTHER = ("judge start", "workload end (buffers freed)",
+                                                     "judge end (runners closed)", "judge: other")
+MAX_SETS = 16  # calls per batch on a CPU, input sets on a GPU timed by events (one call an interval)
+# Graph mode: a batch of calls takes about GRAPH_BATCH_US on the workload's physical floor (each call counted at
+# least GRAPH_MIN_CALL_US, a small kernel's launch-bound time), at most MAX_GRAPH_CALLS calls (fewer where the task's
+# pool or the memory budget holds fewer). The protocol's jitter per batch (tens of microseconds on the H200: a
+# switch between the judge's and the runner's contexts) is divided by the calls: with 16 calls, batch-1 MLA
+# workloads of 7 us measured up to 9.6% noise (2026-12-04). A fact of the workload, never of the candidate.
+GRAPH_BATCH_US, GRAPH_MIN_CALL_US, MAX_GRAPH_CALLS = 1000.0, 5.0, 128
+# GPU targets: rounds go on from GPU_MIN_REPS until every reported side's median is known within its 95% interval
+# spanning GPU_CI_WIDTH of it (graph; events EVENTS_CI_WIDTH), or the request's reps are done
+GPU_MIN_REPS, GPU_CI_WIDTH, EVENTS_CI_WIDTH = 8, 0.02, 0.05
 VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at random (all where cheap)
 MIN_VERIFIED = 8
 SECOND_FIGURE_ROUNDS = 8
@@ -175,9 +191,16 @@ class Judge:
         self.cpu_lock = None  # and the lock that holds it for this evaluation
         self.flusher = None
         if not hw.is_gpu:  # numpy's fill runs on the calling thread alone (torch's would use its thread pool)
-            self.flusher = numpy.empty(2 * _last_level_cache_bytes(), dtype=numpy.uint8)
+            self.flusher = numpy.empty(2 * last_level_cache_bytes(), dtype=numpy.uint8)
+        self.device_name = ""
+        self.baseline_loaded = True  # False once the baseline's runner said it cannot load it
+
+    def _init_device(self) -> None:
+        """The judge's GPU context, flush buffer and idle flush time (once; while the runners start)."""
+        if self.device_name:
+            return
         self.device_name = _device_name(self.device)
-        if hw.is_gpu:
+        if self.hw.is_gpu:
             torch.cuda.init()
             torch.empty(1, device=self.device)
             from evoteam.harness import cudadrv
@@ -219,6 +242,14 @@ class Judge:
                 # on it (pool threads spinning there beside a runner made an evaluation 6x slower).
                 os.sched_setaffinity(0, self.cpus)
                 torch.set_num_threads(1)
+            if unusable is None:
+                t = time.perf_counter()
+                try:
+                    self._start_runners()
+                except CandidateUnusable as exc:
+                    unusable = exc
+                self._phase("runner start", t)
+            self._init_device()
             for n, uuid in enumerate(uuids):
                 self.on_start(uuid)
                 if unusable is None:
@@ -244,16 +275,18 @@ class Judge:
                 results.append(result)
                 self.on_result(result)
         finally:
-            self.logs.append("judge time by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phase_s.items()))
+            t = time.perf_counter()
             self._close_runners()
             shutil.rmtree(self.workdir, ignore_errors=True)
+            self._phase(PHASE_END, t)
             if self.cpu_lock is not None:
                 self.cpu_lock.close()  # the CPU is free for the next evaluation
                 self.cpu_lock = None
             os.sched_setaffinity(0, affinity)
             torch.set_num_threads(threads)
         return EvalResult(results=results, restarts=self.restarts, log_tail="\n".join(self.logs)[-16000:],
-                          sandbox=self.sandbox_record, seed=self.secret, seed_secret=request.seed is None)
+                          sandbox=self.sandbox_record, seed=self.secret, seed_secret=request.seed is None,
+                          phases=dict(self.phase_s))
 
     def _close_runners(self) -> None:
         for handle in (self.candidate, self.baseline):
@@ -285,7 +318,8 @@ class Judge:
                            max_pids=self.request.process_limit, env=env, trusted=trusted, mode=self.request.sandbox,
                            cpus=self.cpus, disk_bytes=int(self.request.disk_limit_gib * (1 << 30)))
 
-    def _start(self, kind: str) -> RunnerHandle:
+    def _spawn(self, kind: str) -> RunnerHandle:
+        """A runner process in its sandbox, greeted (its answer not yet read: see _greeted)."""
         workdir = self.workdir / f"{kind}-{self.restarts}-{time.monotonic_ns()}"
         workdir.mkdir()
         if kind == "candidate":
@@ -299,37 +333,83 @@ class Judge:
         spec.cache.mkdir(parents=True, exist_ok=True)
         os.chmod(workdir, 0o777)  # the sandbox's user (65534) writes here; the parent folder is private
         handle = RunnerHandle(kind, spec, workdir)
-        hello = handle.ask({"op": "hello"}, LOAD_TIMEOUT_S, fds=[handle.flags.fd])
+        handle.send({"op": "hello"}, fds=[handle.flags.fd])
+        return handle
+
+    def _greeted(self, handle: RunnerHandle) -> RunnerHandle:
+        hello = handle.receive(LOAD_TIMEOUT_S)
+        handle.freeze()
         if not hello.get("ok"):
             handle.kill()
-            raise RunnerFault(Status.CRASH, f"the {kind} runner did not start: {hello.get('detail', '')}")
+            raise RunnerFault(Status.CRASH, f"the {handle.kind} runner did not start: {hello.get('detail', '')}")
+        return handle
+
+    def _start_runners(self) -> None:
+        """Both runners at once, before the first workload: their starts (imports, a GPU context, the baseline
+        library) overlap. A failure here is left to the workload that
+        needs the runner, which starts it again and records what happens."""
+        self._init_device()  # first: a runner's flag page is registered with the judge's GPU context
+        cand = self._spawn("candidate")
+        base = self._spawn("baseline") if self.request.baseline != "none" else None
+        try:
+            self._greeted(cand)
+            cand.send(self.cand.load_message(self._root(cand)))
+            if base is not None:
+                self._greeted(base)
+                base.send(self._baseline_load())
+            self._loaded_candidate(cand)
+            if base is not None:
+                self._loaded_baseline(base)
+        except RunnerFault as fault:
+            self.logs.append(f"a runner did not start with the evaluation ({fault.detail}): started again for the "
+                             f"first workload")
+            for handle in {id(h): h for h in (cand, base) if h is not None}.values():
+                handle.kill()
+                handle.close()
+            self.candidate = self.baseline = None
+
+    def _root(self, handle: RunnerHandle) -> str:
+        return "/candidate" if handle.record.get("tool") else str(self.workdir / "candidate")
+
+    def _loaded_candidate(self, handle: RunnerHandle) -> RunnerHandle:
+        self.sandbox_record = {**handle.record, "threads": int(self.threads())}
+        reply = handle.receive(LOAD_TIMEOUT_S)
+        handle.freeze()
+        if not reply.get("ok"):
+            handle.close()
+            raise CandidateUnusable(claimed_failure(reply, Status.COMPILE_ERROR), reply.get("detail", ""))
+        self.candidate = handle
+        return handle
+
+    def _baseline_load(self) -> dict:
+        return {"op": "load", "kind": "baseline", "name": self.request.baseline, "options": self.request.baseline_options,
+                "task": self.task.name, "hardware": self.hw.name}
+
+    def _loaded_baseline(self, handle: RunnerHandle) -> RunnerHandle | None:
+        reply = handle.receive(LOAD_TIMEOUT_S)
+        handle.freeze()
+        if not reply.get("ok"):
+            self.baseline_note = reply.get("detail", "").splitlines()[0] if reply.get("detail") else "unavailable"
+            handle.close()
+            self.baseline_loaded = False
+            return None
+        self.baseline_info = reply
+        self.baseline = handle
         return handle
 
     def _candidate_runner(self) -> RunnerHandle:
         if self.candidate is None:
-            handle = self._start("candidate")
-            self.sandbox_record = {**handle.record, "threads": int(self.threads())}
-            root = "/candidate" if handle.record.get("tool") else str(self.workdir / "candidate")
-            reply = handle.ask(self.cand.load_message(root), LOAD_TIMEOUT_S)
-            if not reply.get("ok"):
-                handle.close()
-                raise CandidateUnusable(claimed_failure(reply, Status.COMPILE_ERROR), reply.get("detail", ""))
-            self.candidate = handle
+            handle = self._greeted(self._spawn("candidate"))
+            handle.send(self.cand.load_message(self._root(handle)))
+            self._loaded_candidate(handle)
         return self.candidate
 
     def _baseline_runner(self) -> RunnerHandle | None:
         """The trusted runner: the baseline library, and the protocol alone (null batches)."""
-        if self.baseline is None:
-            handle = self._start("baseline")
-            reply = handle.ask({"op": "load", "kind": "baseline", "name": self.request.baseline,
-                                "options": self.request.baseline_options, "task": self.task.name,
-                                "hardware": self.hw.name}, LOAD_TIMEOUT_S)
-            if not reply.get("ok"):
-                self.baseline_note = reply.get("detail", "").splitlines()[0] if reply.get("detail") else "unavailable"
-                handle.close()
-                return None
-            self.baseline_info = reply
-            self.baseline = handle
+        if self.baseline is None and self.baseline_loaded:
+            handle = self._greeted(self._spawn("baseline"))
+            handle.send(self._baseline_load())
+            self._loaded_baseline(handle)
         return self.baseline
 
     def _after_workload(self, result: WorkloadResult) -> None:
@@ -373,8 +453,7 @@ class Judge:
             t = time.perf_counter()
             cand = self._candidate_runner()
             t = self._phase("runner start", t)
-            max_sets = min(MAX_SETS, self.task.max_sets(workload))
-            sides["candidate"] = self._call_sets(workload, max_sets)
+            sides["candidate"] = self._call_sets(workload, self._sets_for(workload))
             self._bind(cand, sides["candidate"], deadline)
             t = self._phase("buffers", t)
             check = self._checks(cand, sides["candidate"], workload, index, deadline)
@@ -384,11 +463,13 @@ class Judge:
                                     calls_checked=check.trials)
             if not check.passed or self.request.check_only:
                 return result
-            t = time.perf_counter()
+            t, inside = time.perf_counter(), sum(v for k, v in self.phase_s.items() if k.startswith("timing: "))
             try:
                 return self._timing(result, sides, workload, index, deadline, cand)
             finally:
-                self._phase("timing", t)
+                # the timing phase's time in none of its sub-phases (between them: the round's bookkeeping)
+                accounted = sum(v for k, v in self.phase_s.items() if k.startswith("timing: ")) - inside
+                self.phase_s[SUB_OTHER] = self.phase_s.get(SUB_OTHER, 0.0) + time.perf_counter() - t - accounted
         except RunnerFault as fault:
             self._fault(self.candidate)
             return WorkloadResult(uuid=uuid, status=fault.status, detail=fault.detail)
@@ -397,6 +478,7 @@ class Judge:
             return WorkloadResult(uuid=uuid, status=Status.OUT_OF_MEMORY,
                                   detail=f"the GPU ran out of memory during this workload: {str(exc).splitlines()[0]}")
         finally:
+            t = time.perf_counter()
             for handle in (self.candidate, self.baseline):
                 if handle is not None and not handle.dead:
                     try:
@@ -408,8 +490,26 @@ class Judge:
             if self.hw.is_gpu:
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
+            self._phase(PHASE_UNBIND, t)
 
-    def _call_sets(self, workload, n_sets: int) -> CallSets:
+    def _sets_for(self, workload):
+        """The input sets a workload's calls get (a function of one set's inputs): on a GPU timed by graph replay,
+        enough calls for a batch of about GRAPH_BATCH_US at the workload's physical floor; else MAX_SETS."""
+        cap = self.task.max_sets(workload)
+        if not self.hw.is_gpu or self.request.timing_mode != TimingMode.graph.value:
+            return min(MAX_SETS, cap)
+
+        def sets(template) -> int:
+            from evoteam.harness.scan import physical_floor_ms
+
+            floor_ms = physical_floor_ms(self.task.min_bytes(workload, template) or 0,
+                                         self.hw.peak_memory_bandwidth_tbs) or 0.0
+            per_call_us = max(GRAPH_MIN_CALL_US, 1e3 * floor_ms)
+            return max(1, min(cap, MAX_GRAPH_CALLS, math.ceil(GRAPH_BATCH_US / per_call_us)))
+
+        return sets
+
+    def _call_sets(self, workload, n_sets) -> CallSets:
         try:
             return CallSets(self.task, workload, self.device, n_sets)
         except torch.OutOfMemoryError:
@@ -555,8 +655,7 @@ class Judge:
         mode = TimingMode.cputime if not self.hw.is_gpu else TimingMode(request.timing_mode)
         if self.baseline_info.get("timing_mode_override") and self.hw.is_gpu:
             mode = TimingMode.wallclock  # the baseline does host work per call: both sides launched by their hosts
-        # A batch holds as many calls as there are input sets: the protocol's jitter (tens of microseconds
-        # on an H200 with two calls per batch, 2026-12-01) is then divided by up to MAX_SETS.
+        # A batch holds as many calls as there are input sets: the protocol's jitter is divided by them
         n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
         n_base = n
         if mode is TimingMode.cputime:  # short calls in batches: the protocol's share shrinks
@@ -693,7 +792,12 @@ class Judge:
         plan["candidate"] = (cand, calls_c, sets, graph_c, False, cand_null)
         if repeat:
             plan["candidate_repeat"] = (cand, calls_c, sets, graph_c, False, cand_null)
-        total_candidate_calls = (warmup + reps) * n * (2 if repeat else 1)
+        # Rounds: at least min_reps timed ones, then more until the figures are settled (_settled), up to max_reps
+        cpu = mode is TimingMode.cputime
+        min_reps, max_reps = (reps, CPU_MAX_FACTOR * reps) if cpu else (min(GPU_MIN_REPS, reps), reps)
+        width = CPU_CI_WIDTH if cpu else GPU_CI_WIDTH if cand_mode is TimingMode.graph else EVENTS_CI_WIDTH
+        step = CPU_EXTRA_ROUNDS if cpu else 1
+        total_candidate_calls = (warmup + min_reps) * n * (2 if repeat else 1)
         n_verify = total_candidate_calls
         if verify_budget and self.reference_s > 0:
             n_verify = min(total_candidate_calls, max(MIN_VERIFIED, int(VERIFY_BUDGET_S / self.reference_s)))
@@ -701,10 +805,9 @@ class Judge:
             n_verify = min(total_candidate_calls, 2)
         rng = random.SystemRandom()
         picked = set(rng.sample(range(total_candidate_calls), n_verify))
-        # CPU targets may time more rounds (up to CPU_MAX_FACTOR times); their calls are picked at the same
-        # rate, so no round of an evaluation is safer to skip work in than another
-        max_reps = CPU_MAX_FACTOR * reps if mode is TimingMode.cputime else reps
-        extra_calls = (max_reps - reps) * n * (2 if repeat else 1)
+        # the calls of rounds past the least are picked at the same rate, so no round of an evaluation is safer to
+        # skip work in than another
+        extra_calls = (max_reps - min_reps) * n * (2 if repeat else 1)
         if extra_calls:
             rate = n_verify / total_candidate_calls
             picked |= {total_candidate_calls + i for i in range(extra_calls) if rng.random() < rate}
@@ -714,15 +817,15 @@ class Judge:
         self._timed_batches = set()
         candidate_call = 0
         baseline_checked = cached is not None
-        limit, started = warmup + reps, time.monotonic()
+        limit, started = warmup + min_reps, time.monotonic()
         for rnd in itertools.count():
             if rnd >= limit:
                 elapsed = time.monotonic() - started
-                more = CPU_EXTRA_ROUNDS * elapsed / max(rnd, 1)  # what the next extra rounds would take
-                if (limit >= warmup + max_reps or self._settled(samples, cached) or elapsed + more > CPU_EXTEND_S
-                        or time.monotonic() + 2 * more > deadline):
+                more = step * elapsed / max(rnd, 1)  # what the next extra rounds would take
+                if (limit >= warmup + max_reps or self._settled(samples, cached, width, paired=cpu)
+                        or (cpu and elapsed + more > CPU_EXTEND_S) or time.monotonic() + 2 * more > deadline):
                     break
-                limit = min(warmup + max_reps, limit + CPU_EXTRA_ROUNDS)
+                limit = min(warmup + max_reps, limit + step)
             intervals: dict[str, float] = {}
             turn = list(plan)
             rng.shuffle(turn)
@@ -805,14 +908,20 @@ class Judge:
         return out
 
     @staticmethod
-    def _settled(samples: dict[str, list[float]], cached: float | None) -> bool:
-        """Whether the figure this evaluation reports is known closely enough to stop timing: the paired
-        ratios' median (the candidate's time where the baseline's is cached) within CPU_CI_WIDTH."""
-        values = samples["candidate"] if cached is not None else _paired(samples)
-        if not values:
-            return True
-        low, high = median_interval(values)
-        return high - low <= CPU_CI_WIDTH * _median(values)
+    def _settled(samples: dict[str, list[float]], cached: float | None, width: float, paired: bool) -> bool:
+        """Whether the figures this evaluation reports are known closely enough to stop timing: each median's 95%
+        interval within `width` of it; `paired` (CPU targets): the paired ratios' median (the candidate's time where
+        the baseline's is cached), else every reported side's (the baseline, the candidate and its repeat)."""
+        if paired:
+            series = [samples["candidate"] if cached is not None else _paired(samples)]
+        else:
+            series = list(samples.values())
+        for values in series:
+            if values:
+                low, high = median_interval(values)
+                if not high - low <= width * _median(values):
+                    return False
+        return True
 
     def _flags(self, result: WorkloadResult, workload, calls: CallSets, cand: RunnerHandle, deadline: float) -> None:
         if result.candidate_ms is not None and result.candidate_ms <= 0:
@@ -844,7 +953,12 @@ class Judge:
 
 def _paired(samples: dict[str, list[float]]) -> list[float]:
     """CPU targets: baseline / candidate per round (the two sides timed moments apart)."""
-    return [b / c for b, c in zip(samples["baseline"], samples["candidate"]) if b > 0 and c > 0]
+    return _ratios(samples, "baseline", "candidate")
+
+
+def _ratios(samples: dict[str, list[float]], top: str, bottom: str) -> list[float]:
+    """top / bottom per round, where both are positive."""
+    return [a / b for a, b in zip(samples.get(top, []), samples.get(bottom, [])) if a > 0 and b > 0]
 
 
 def _claim_cpu() -> tuple[int, object]:
@@ -882,19 +996,6 @@ def _device_name(device: str) -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
-def _last_level_cache_bytes() -> int:
-    """The CPU's largest cache (Linux sysfs), else 32 MiB."""
-    sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = f.read_text().strip().upper()
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        try:
-            sizes.append(int(text.rstrip("KMG")) * scale)
-        except ValueError:
-            pass
-    return max(sizes, default=32 << 20)
-
-
 def _parses(source: str) -> bool:
     import ast
 
@@ -922,6 +1023,27 @@ def _end_with_parent(sig: int) -> None:
         os.kill(os.getpid(), sig)
 
 
+def _profiled(fn):
+    """fn(), under cProfile where EVOTEAM_JUDGE_PROFILE names a file (the 60 costliest functions by their own time
+    and by cumulative time go there as text): where a judge's time goes, function by function."""
+    path = os.environ.get("EVOTEAM_JUDGE_PROFILE")
+    if not path:
+        return fn()
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(fn)
+    finally:
+        text = io.StringIO()
+        for key in ("tottime", "cumulative"):
+            pstats.Stats(profile, stream=text).sort_stats(key).print_stats(60)
+        with open(path, "a") as f:
+            f.write(text.getvalue())
+
+
 def judge_main(request_path: str, progress_path: str) -> int:
     import signal
 
@@ -930,6 +1052,8 @@ def judge_main(request_path: str, progress_path: str) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the runners are ended on the way out
     _end_with_parent(signal.SIGTERM)
+    # the judge's life from its spawn (the executor's clock, where it says; else from here)
+    born = float(os.environ.get("EVOTEAM_JUDGE_SPAWNED", "0")) or time.time()
     request = EvalRequest(**json.loads(Path(request_path).read_text()))
     progress = Path(progress_path)
     try:
@@ -937,7 +1061,9 @@ def judge_main(request_path: str, progress_path: str) -> int:
         os.environ.update(hw.env)  # before Triton is imported (the interpreter on CPU)
         judge = Judge(request, hw, on_start=lambda uuid: append_journal(progress, {"event": "start", "uuid": uuid}),
                       on_result=lambda r: append_journal(progress, {"event": "result", **r.to_json()}))
-        outcome = judge.run()
+        judge.phase_s[PHASE_START] = time.time() - born
+        outcome = _profiled(judge.run)
+        outcome.phases[PHASE_OTHER] = max(0.0, time.time() - born - sum(outcome.phases.values()))
     except UserError as exc:
         append_journal(progress, {"event": "error", "message": str(exc)})
         return EXIT_BAD_INPUT

@@ -104,8 +104,10 @@ class EvalRequest:
     second_figure: bool = True  # on a GPU, also time in the other mode (fewer rounds): a named second figure
     baseline: str = "auto"
     baseline_options: dict = field(default_factory=dict)
-    warmup: int = 3  # untimed rounds
-    reps: int = 30  # timed rounds; each round times the baseline, the candidate twice, and the protocol alone
+    warmup: int = 1  # untimed rounds (a GPU side replays its captured graph once before its times count)
+    # timed rounds, at most on a GPU (they stop once the figures are settled: judge.GPU_MIN_REPS, GPU_CI_WIDTH); each
+    # round times the baseline, the candidate twice, and the protocol alone
+    reps: int = 30
     check_only: bool = False
     use_baseline_cache: bool = False  # take the baseline's time from the cache where it has one
     static_scan: bool = True  # the first, fast filter; no guarantee depends on it
@@ -179,17 +181,21 @@ class EvalResult:
     # Where it ran and when (executor, node, gpu, and the wall-clock submitted/started/ended, so queue_s is
     # the wait for a free accelerator); empty for a plain evaluate().
     placement: dict = field(default_factory=dict)
+    # Where the evaluation's wall time went, seconds by phase (the judge's, and the executor's around it): they sum
+    # to the evaluation's wall time
+    phases: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"results": [r.to_json() for r in self.results], "restarts": self.restarts,
                 "log_tail": self.log_tail, "sandbox": self.sandbox, "seed": self.seed,
-                "seed_secret": self.seed_secret, "placement": self.placement}
+                "seed_secret": self.seed_secret, "placement": self.placement, "phases": self.phases}
 
     @classmethod
     def from_json(cls, obj: dict) -> EvalResult:
         return cls(results=[WorkloadResult.from_json(r) for r in obj["results"]], restarts=obj.get("restarts", 0),
                    log_tail=obj.get("log_tail", ""), sandbox=obj.get("sandbox", {}), seed=obj.get("seed"),
-                   seed_secret=obj.get("seed_secret", True), placement=obj.get("placement", {}))
+                   seed_secret=obj.get("seed_secret", True), placement=obj.get("placement", {}),
+                   phases=obj.get("phases", {}))
 
     @classmethod
     def merged(cls, pieces: list[EvalResult], order: list[str]) -> EvalResult:
@@ -203,7 +209,17 @@ class EvalResult:
         return cls(results=[by_uuid[u] for u in order], restarts=sum(p.restarts for p in pieces),
                    log_tail="\n".join(tails)[-16000:], sandbox=pieces[0].sandbox,
                    seed=seeds.pop() if len(seeds) == 1 else None,
-                   seed_secret=any(p.seed_secret for p in pieces), placement=pieces[-1].placement)
+                   seed_secret=any(p.seed_secret for p in pieces), placement=pieces[-1].placement,
+                   phases=add_phases(p.phases for p in pieces))
+
+
+def add_phases(tables) -> dict:
+    """Phase tables (seconds by phase) added up."""
+    out: dict = {}
+    for table in tables:
+        for name, seconds in table.items():
+            out[name] = out.get(name, 0.0) + seconds
+    return out
 
 
 def geomean(values) -> float | None:

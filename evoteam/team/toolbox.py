@@ -77,7 +77,7 @@ class HarnessSettings:
 
 
 # (warm-up, timed) rounds of a search evaluation on a GPU: fewer than a final table's (EvalRequest's defaults)
-GPU_ROUNDS = (3, 20)
+GPU_ROUNDS = (1, 20)
 
 
 def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2) -> list[str]:

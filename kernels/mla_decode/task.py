@@ -184,13 +184,13 @@ def refresh_inputs(workload, sets, generator):
     kpe[rewritten] = torch.randn((rewritten.numel(), PAGE_SIZE, HEAD_DIM_KPE), generator=generator, device=device,
                                  dtype=torch.bfloat16)
     pick = torch.randperm(rewritten.numel(), generator=generator, device=device)[:tokens * len(sets)]
-    pages = rewritten[pick]
-    for j, inputs in enumerate(sets):
-        inputs["q_nope"].copy_(torch.randn(inputs["q_nope"].shape, generator=generator, device=device,
-                                           dtype=torch.bfloat16))
-        inputs["q_pe"].copy_(torch.randn(inputs["q_pe"].shape, generator=generator, device=device,
-                                         dtype=torch.bfloat16))
-        inputs["kv_indices"].copy_(pages[j * tokens:(j + 1) * tokens].to(torch.int32))
+    pages = rewritten[pick].to(torch.int32).view(len(sets), tokens)
+    # every set's queries drawn at once and copied in with one multi-tensor copy (a batch may hold a hundred sets)
+    for name in ("q_nope", "q_pe"):
+        fresh = torch.randn((len(sets), *sets[0][name].shape), generator=generator, device=device,
+                            dtype=torch.bfloat16)
+        torch._foreach_copy_([inputs[name] for inputs in sets], list(fresh.unbind(0)))
+    torch._foreach_copy_([inputs["kv_indices"] for inputs in sets], list(pages.unbind(0)))
 
 
 def decoy_inputs(workload, inputs, names, generator):
