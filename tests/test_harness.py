@@ -452,3 +452,15 @@ def test_a_batch_is_checked_whole_and_a_finding_still_names_its_set():
     assert calls.unwritten([0, 1, 2]) is None and "(call 3 of the batch)" in calls.unwritten(sets)
     calls.close()
 
+
+def test_gpu_rounds_stop_once_the_ratios_are_settled_whatever_moves_every_side_alike():
+    """A GPU's rounds stop on the per-round ratios (speedup and noise), not on each side's own times: a drift that
+    moves every side of a round alike (the GPU's clock) cancels; a candidate whose two batches disagree goes on."""
+    drift = [1.0 + 0.1 * (i % 5) for i in range(12)]  # every side 0-40% slower, round by round
+    steady = {"baseline": [2.0 * d for d in drift], "candidate": [1.0 * d for d in drift],
+              "candidate_repeat": [1.0 * d for d in drift]}
+    assert Judge._settled(steady, None, 0.02, paired=False)
+    noisy = dict(steady, candidate_repeat=[d * (1.0 + 0.05 * (-1) ** i) for i, d in enumerate(drift)])
+    assert not Judge._settled(noisy, None, 0.02, paired=False)
+    cached = {k: v for k, v in steady.items() if k != "baseline"}  # the baseline's time from the cache
+    assert Judge._settled(cached, 1.0, 0.02, paired=False)

@@ -909,13 +909,17 @@ class Judge:
 
     @staticmethod
     def _settled(samples: dict[str, list[float]], cached: float | None, width: float, paired: bool) -> bool:
-        """Whether the figures this evaluation reports are known closely enough to stop timing: each median's 95%
-        interval within `width` of it; `paired` (CPU targets): the paired ratios' median (the candidate's time where
-        the baseline's is cached), else every reported side's (the baseline, the candidate and its repeat)."""
+        """Whether the figures this evaluation reports are known closely enough to stop timing: the median of each
+        per-round ratio within its 95% interval spanning `width` of it. Ratios of sides timed moments apart, in one
+        round, so that what moves every side alike (a clock, the machine's load) cancels: on a CPU (`paired`) the
+        speedup (the candidate's time where the baseline's is cached); on a GPU the speedup and the noise (the
+        candidate against its repeat)."""
         if paired:
             series = [samples["candidate"] if cached is not None else _paired(samples)]
         else:
-            series = list(samples.values())
+            series = [_ratios(samples, "candidate", "candidate_repeat")]
+            if "baseline" in samples:
+                series.append(_ratios(samples, "baseline", "candidate"))
         for values in series:
             if values:
                 low, high = median_interval(values)
