@@ -10,8 +10,9 @@ from planted import variant, write_planted
 
 from evoteam import hardware
 from evoteam.harness.executor import evaluate
-from evoteam.harness.judge import CPU_MAX_FACTOR, Judge, median_interval
+from evoteam.harness.judge import Judge
 from evoteam.harness.model import EvalRequest, Status
+from evoteam.harness.timing import CPU_MAX_FACTOR, median_interval
 from evoteam.task import load_task
 
 from conftest import REPO

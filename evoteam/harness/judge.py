@@ -47,7 +47,7 @@ import torch
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.hardware import HardwareSpec
-from evoteam.harness import interval, scan, scratch
+from evoteam.harness import interval, scan, scratch, timing
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.cache_flush import last_level_cache_bytes
 from evoteam.harness.calls import CallSets
@@ -72,30 +72,12 @@ SUB_OTHER = "timing: other"
 # no phase is "judge: other", so that the judge's phases sum to its process's life
 PHASE_START, PHASE_UNBIND, PHASE_END, PHASE_OTHER = ("judge start", "workload end (buffers freed)",
                                                      "judge end (runners closed)", "judge: other")
-MAX_SETS = 16  # calls per batch on a CPU, input sets on a GPU timed by events (one call an interval)
-# Graph mode: a batch of calls takes about GRAPH_BATCH_US on the workload's physical floor (each call counted at
-# least GRAPH_MIN_CALL_US, a small kernel's launch-bound time), at most MAX_GRAPH_CALLS calls (fewer where the task's
-# pool or the memory budget holds fewer). The protocol's jitter per batch (tens of microseconds on the H200: a
-# switch between the judge's and the runner's contexts) is divided by the calls: with 16 calls, batch-1 MLA
-# workloads of 7 us measured up to 9.6% noise (2026-12-04). A fact of the workload, never of the candidate.
-GRAPH_BATCH_US, GRAPH_MIN_CALL_US, MAX_GRAPH_CALLS = 1000.0, 5.0, 128
-# GPU targets: rounds go on from GPU_MIN_REPS until every reported side's median is known within its 95% interval
-# spanning GPU_CI_WIDTH of it (graph; events EVENTS_CI_WIDTH), or the request's reps are done
-GPU_MIN_REPS, GPU_CI_WIDTH, EVENTS_CI_WIDTH = 8, 0.02, 0.05
 VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at random (all where cheap)
 MIN_VERIFIED = 8
 SECOND_FIGURE_ROUNDS = 8
 DISAGREE_REL, DISAGREE_ABS_MS = 0.25, 0.002  # judge vs runner device time, per call
 CPU_BATCH_MS = 10.0  # CPU targets: calls per timed interval so that one interval of the baseline takes about this long
 CPU_SLOW_BATCH_MS = 20.0  # ... and the candidate the same calls, unless that would take longer than this (then fewer)
-# CPU targets: a shared host's cache and memory make one round's ratio vary by 20% or more (a batch-1
-# workload on the CI machine: 0.74-2.03x within one evaluation, 2026-12-02), so rounds go on, up to
-# CPU_MAX_FACTOR times the rounds asked for, until the median's 95% interval spans at most CPU_CI_WIDTH of it
-# (on the 4 small MLA workloads, three or four evaluations each landed within 1-10% of each other, an evaluation
-# taking 11-16 s; with 15 rounds always, CI saw 1.12x to 1.37x).
-# Extra rounds stop once the rounds would pass CPU_EXTEND_S: a candidate 100x slower than its baseline (Triton's
-# interpreter: 0.2-0.6 s a call) gains nothing from a closer figure, and took 3x the time with it.
-CPU_MAX_FACTOR, CPU_CI_WIDTH, CPU_EXTRA_ROUNDS, CPU_EXTEND_S = 3, 0.12, 6, 10.0
 # CPU targets: how the baseline's batch is chosen, part of the baseline cache's key: times cached while the batch
 # followed the candidate's check time (before 2026-12-04, no rule) never serve an evaluation
 BATCH_RULE = "baseline-probe"
@@ -138,28 +120,6 @@ def baseline_check_factor(name: str) -> float:
     return float(adapter.own_check_factor) if adapter is not None else 1.0
 
 
-def _median(values: list[float]) -> float:
-    values = sorted(values)
-    n = len(values)
-    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
-
-
-def median_interval(values: list[float]) -> tuple[float, float]:
-    """The distribution-free 95% interval of the median: the order statistics whose ranks bound it
-    (the binomial's normal approximation, n/2 -+ 0.98 sqrt(n)); the whole range below 6 values."""
-    values = sorted(values)
-    n = len(values)
-    if n < 6:
-        return (values[0], values[-1]) if values else (math.nan, math.nan)
-    half = 0.98 * math.sqrt(n)
-    return values[max(0, math.floor(n / 2 - half))], values[min(n - 1, math.ceil(n / 2 + half))]
-
-
-def _quantile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
-
-
 class Judge:
     def __init__(self, request: EvalRequest, hw: HardwareSpec, on_start=lambda uuid: None,
                  on_result=lambda result: None):
@@ -193,6 +153,8 @@ class Judge:
         if not hw.is_gpu:  # numpy's fill runs on the calling thread alone (torch's would use its thread pool)
             self.flusher = numpy.empty(2 * last_level_cache_bytes(), dtype=numpy.uint8)
         self.device_name = ""
+        # the checks' calls, and the CPU's batch probe: one call an interval, launched by the runner's host
+        self.check_clock = timing.clock(TimingMode.events if hw.is_gpu else TimingMode.cputime)
         self.baseline_loaded = True  # False once the baseline's runner said it cannot load it
 
     def _init_device(self) -> None:
@@ -208,7 +170,7 @@ class Judge:
             cudadrv.ensure_context(0)
             l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20))
             self.flusher = torch.empty(2 * l2, dtype=torch.uint8, device=self.device)
-            self.idle_flush_us = _median([self._flush_us() for _ in range(10)])  # with no other work on the GPU
+            self.idle_flush_us = timing.median([self._flush_us() for _ in range(10)])  # with no other work on the GPU
 
     # ------------------------------------------------------------------ the evaluation
     def run(self) -> EvalResult:
@@ -493,21 +455,9 @@ class Judge:
             self._phase(PHASE_UNBIND, t)
 
     def _sets_for(self, workload):
-        """The input sets a workload's calls get (a function of one set's inputs): on a GPU timed by graph replay,
-        enough calls for a batch of about GRAPH_BATCH_US at the workload's physical floor; else MAX_SETS."""
-        cap = self.task.max_sets(workload)
-        if not self.hw.is_gpu or self.request.timing_mode != TimingMode.graph.value:
-            return min(MAX_SETS, cap)
-
-        def sets(template) -> int:
-            from evoteam.harness.scan import physical_floor_ms
-
-            floor_ms = physical_floor_ms(self.task.min_bytes(workload, template) or 0,
-                                         self.hw.peak_memory_bandwidth_tbs) or 0.0
-            per_call_us = max(GRAPH_MIN_CALL_US, 1e3 * floor_ms)
-            return max(1, min(cap, MAX_GRAPH_CALLS, math.ceil(GRAPH_BATCH_US / per_call_us)))
-
-        return sets
+        """The input sets a workload's calls get: as the requested mode's clock says (on a CPU, the CPU's)."""
+        mode = self.request.timing_mode if self.hw.is_gpu else TimingMode.cputime
+        return timing.clock(mode).sets(self.task, workload, self.hw)
 
     def _call_sets(self, workload, n_sets) -> CallSets:
         try:
@@ -536,19 +486,16 @@ class Judge:
 
     # ------------------------------------------------------------------ one interval through the protocol
     def _call(self, handle: RunnerHandle, calls: CallSets, sets: list[int], deadline: float,
-              write: Callable[[], None], graph: bool = False, null: bool = False,
+              write: Callable[[], None], clock: timing.Clock | None = None, null: bool = False,
               account: bool = False) -> interval.Interval:
-        """One interval of `sets` on `handle` (evoteam.harness.interval): `write` puts the inputs in place while the
-        runner is frozen; `graph` replays the runner's captured calls, else its host launches them; `null` is the
-        protocol alone. `account`: its parts go to the timing phase's sub-phases."""
+        """One interval of `sets` on `handle`, timed by `clock` (default: one call by one, the checks' clock):
+        `write` puts the inputs in place while the runner is frozen; `null` is the protocol alone. `account`: its
+        parts go to the timing phase's sub-phases."""
         t = time.perf_counter()
         batch = self._next_batch()
-        if not self.hw.is_gpu:
-            out = interval.run_cpu(handle, calls, sets, batch, deadline, write, self.flusher, null)
-        else:
-            if handle is self.baseline:
-                self._quiet()  # nothing of the candidate's runs on the GPU while a trusted side is timed
-            out = interval.run_gpu(handle, calls, sets, batch, deadline, write, self.flusher, graph, null)
+        if self.hw.is_gpu and handle is self.baseline:
+            self._quiet()  # nothing of the candidate's runs on the GPU while a trusted side is timed
+        out = (clock or self.check_clock).interval(handle, calls, sets, batch, deadline, write, self.flusher, null)
         if account:
             for name, seconds in ((SUB_INPUTS, out.inputs_s), (SUB_FREEZE, out.freeze_s),
                                   (SUB_BATCHES, time.perf_counter() - t - out.inputs_s - out.freeze_s)):
@@ -713,7 +660,7 @@ class Judge:
             reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
             own = [ms / n for batch, ms in reported if batch in self._timed_batches]
             if own:
-                result.runner_ms = _median(own)
+                result.runner_ms = timing.median(own)
                 gap = abs(result.runner_ms - result.candidate_ms)
                 if gap > DISAGREE_REL * result.candidate_ms + DISAGREE_ABS_MS:
                     result.flags.append(f"timers_disagree: the judge measured {result.candidate_ms:.4g} ms per call, "
@@ -780,23 +727,20 @@ class Judge:
         # timed one call per interval (beside a candidate slow enough for that) serves only such evaluations
         cache_key = self._cache_key(result, workload, mode, n_base)
         cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
-        graph_b, graph_c = mode is TimingMode.graph, cand_mode is TimingMode.graph
-        # what each side is: (runner, calls, sets, graph replay, null, the null subtracted from it)
-        own_null = graph_b != graph_c and self.hw.is_gpu  # the candidate's protocol differs from the baseline's
-        plan = {"null": (base, calls_b, sets_b, graph_b, True, None)}
+        clock_b, clock_c = timing.clock(mode), timing.clock(cand_mode)
+        # what each side is: (runner, calls, sets, clock, null, the null subtracted from it)
+        own_null = clock_b is not clock_c  # the candidate's protocol differs from the baseline's
+        plan = {"null": (base, calls_b, sets_b, clock_b, True, None)}
         if own_null:
-            plan["null_candidate"] = (base, calls_b, sets, graph_c, True, None)
+            plan["null_candidate"] = (base, calls_b, sets, clock_c, True, None)
         if cached is None:
-            plan["baseline"] = (base, calls_b, sets_b, graph_b, False, "null")
+            plan["baseline"] = (base, calls_b, sets_b, clock_b, False, "null")
         cand_null = "null_candidate" if own_null else "null"
-        plan["candidate"] = (cand, calls_c, sets, graph_c, False, cand_null)
+        plan["candidate"] = (cand, calls_c, sets, clock_c, False, cand_null)
         if repeat:
-            plan["candidate_repeat"] = (cand, calls_c, sets, graph_c, False, cand_null)
+            plan["candidate_repeat"] = (cand, calls_c, sets, clock_c, False, cand_null)
         # Rounds: at least min_reps timed ones, then more until the figures are settled (_settled), up to max_reps
-        cpu = mode is TimingMode.cputime
-        min_reps, max_reps = (reps, CPU_MAX_FACTOR * reps) if cpu else (min(GPU_MIN_REPS, reps), reps)
-        width = CPU_CI_WIDTH if cpu else GPU_CI_WIDTH if cand_mode is TimingMode.graph else EVENTS_CI_WIDTH
-        step = CPU_EXTRA_ROUNDS if cpu else 1
+        min_reps, max_reps, step = clock_c.rounds(reps)
         total_candidate_calls = (warmup + min_reps) * n * (2 if repeat else 1)
         n_verify = total_candidate_calls
         if verify_budget and self.reference_s > 0:
@@ -822,22 +766,23 @@ class Judge:
             if rnd >= limit:
                 elapsed = time.monotonic() - started
                 more = step * elapsed / max(rnd, 1)  # what the next extra rounds would take
-                if (limit >= warmup + max_reps or self._settled(samples, cached, width, paired=cpu)
-                        or (cpu and elapsed + more > CPU_EXTEND_S) or time.monotonic() + 2 * more > deadline):
+                if (limit >= warmup + max_reps or self._settled(samples, cached, clock_c.width, clock_c.paired)
+                        or (clock_c.extend_s is not None and elapsed + more > clock_c.extend_s)
+                        or time.monotonic() + 2 * more > deadline):
                     break
                 limit = min(warmup + max_reps, limit + step)
             intervals: dict[str, float] = {}
             turn = list(plan)
             rng.shuffle(turn)
             for side in turn:
-                handle, calls, side_sets, graph, null, _ = plan[side]
+                handle, calls, side_sets, side_clock, null, _ = plan[side]
                 seed = derive(self.secret, workload.uuid, mode.value, side, rnd)
                 if handle is base:
                     cand.freeze()  # nothing of the candidate runs while the other side is timed
                 write = (lambda c=calls, s=side_sets: c.poison(s)) if null else \
                     (lambda c=calls, s=side_sets, seed=seed: c.refresh(s, seed))
                 try:
-                    out = self._call(handle, calls, side_sets, deadline, write, graph=graph, null=null, account=True)
+                    out = self._call(handle, calls, side_sets, deadline, write, side_clock, null=null, account=True)
                 except GpuBusy as busy:
                     result.flags.append(str(busy))
                     result.status, result.detail = Status.FLAGGED, str(busy)
@@ -888,15 +833,15 @@ class Judge:
                     _, _, side_sets, _, _, against = plan[side]
                     # the protocol's cost is per call (each call is released on its own)
                     samples[side].append(intervals[side] / len(side_sets) - intervals[against] / len(plan[against][2]))
-        out = {side: (_median(v), _quantile(v, 0.1), _quantile(v, 0.9), len(v)) for side, v in samples.items()}
+        out = {side: (timing.median(v), timing.quantile(v, 0.1), timing.quantile(v, 0.9), len(v)) for side, v in samples.items()}
         if mode is TimingMode.cputime and cached is None:
             ratios = _paired(samples)
             if ratios:
-                out["paired"] = _median(ratios)
+                out["paired"] = timing.median(ratios)
         if mode is TimingMode.cputime and samples["candidate"]:
             # CPU time counts work wherever the runner does it; a call that mostly waits did its work
             # somewhere CPU time does not see. Legitimate work on a single thread takes about its CPU time.
-            wall = _median(walls["candidate"][warmup:]) / n - _median(walls["null"][warmup:]) / n_base
+            wall = timing.median(walls["candidate"][warmup:]) / n - timing.median(walls["null"][warmup:]) / n_base
             if wall > IDLE_FACTOR * out["candidate"][0] + IDLE_SLACK_MS:
                 result.flags.append(f"cpu_idle: the candidate's calls took {wall:.3g} ms on the host clock but "
                                     f"{out['candidate'][0]:.3g} ms of CPU time")
@@ -922,8 +867,8 @@ class Judge:
                 series.append(_ratios(samples, "baseline", "candidate"))
         for values in series:
             if values:
-                low, high = median_interval(values)
-                if not high - low <= width * _median(values):
+                low, high = timing.median_interval(values)
+                if not high - low <= width * timing.median(values):
                     return False
         return True
 

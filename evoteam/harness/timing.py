@@ -1,9 +1,13 @@
-"""Timing of trusted callables side by side in this process, interleaved, in a named mode: the
-probes' and scripts' tool for kernels they wrote themselves, and the statistics every figure uses.
-Untrusted candidates are never timed here: the judge times them from outside their process
-(`evoteam.harness.interval`).
+"""The home of the timing modes.
 
-Modes (every result says which produced it):
+1. The judge's clocks (`Clock`, one class per mode: graph, events, wallclock, cputime): how one side's batch of calls
+   is timed (an interval through the judge <-> runner protocol, evoteam.harness.interval), how many input sets a
+   workload's batches hold, and how many rounds an evaluation takes. A new mode is one new class in CLOCKS.
+2. `measure`: trusted callables timed side by side in this process, interleaved, in a named mode: the probes' and
+   scripts' tool for kernels they wrote themselves. Untrusted candidates are never timed here: the judge times them
+   from outside their process.
+
+Modes of `measure` (every result says which produced it):
   events     device events around one call, the L2 flushed before each call (GPU)
   graph      graph replay: `GRAPH_CALLS` x [flush, call] captured in one CUDA graph, minus a graph of
              the flushes alone, divided by the calls; hides the host's launch cost (GPU, capturable
@@ -18,16 +22,118 @@ turns every round and the order flips every other round.
 
 from __future__ import annotations
 
-import statistics
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
+from evoteam.harness.interval import Interval, run_cpu, run_gpu
 from evoteam.harness.model import TIMING_MODES as MODES
+from evoteam.harness.model import TimingMode
 
 GRAPH_CALLS = 20
+
+# ------------------------------------------------------------------------------------------ the judge's clocks
+
+MAX_SETS = 16  # calls per batch on a CPU, input sets on a GPU timed by events (one call an interval)
+# Graph mode: a batch of calls takes about GRAPH_BATCH_US on the workload's physical floor (each call counted at
+# least GRAPH_MIN_CALL_US, a small kernel's launch-bound time), at most MAX_GRAPH_CALLS calls (fewer where the task's
+# pool or the memory budget holds fewer). The protocol's jitter per batch (tens of microseconds on the H200: a
+# switch between the judge's and the runner's contexts) is divided by the calls: with 16 calls, batch-1 MLA
+# workloads of 7 us measured up to 9.6% noise; with up to 128, at most 1.5% (2026-12-04). A fact of the workload,
+# never of the candidate.
+GRAPH_BATCH_US, GRAPH_MIN_CALL_US, MAX_GRAPH_CALLS = 1000.0, 5.0, 128
+# GPU targets: rounds go on from GPU_MIN_REPS until the per-round ratios' medians are known within their 95% interval
+# spanning GPU_CI_WIDTH of them (graph; events EVENTS_CI_WIDTH), or the request's reps are done
+GPU_MIN_REPS, GPU_CI_WIDTH, EVENTS_CI_WIDTH = 8, 0.02, 0.05
+# CPU targets: a shared host's cache and memory make one round's ratio vary by 20% or more (a batch-1
+# workload on the CI machine: 0.74-2.03x within one evaluation, 2026-12-02), so rounds go on, up to
+# CPU_MAX_FACTOR times the rounds asked for, until the median's 95% interval spans at most CPU_CI_WIDTH of it
+# (on the 4 small MLA workloads, three or four evaluations each landed within 1-10% of each other, an evaluation
+# taking 11-16 s; with 15 rounds always, CI saw 1.12x to 1.37x).
+# Extra rounds stop once the rounds would pass CPU_EXTEND_S: a candidate 100x slower than its baseline (Triton's
+# interpreter: 0.2-0.6 s a call) gains nothing from a closer figure, and took 3x the time with it.
+CPU_MAX_FACTOR, CPU_CI_WIDTH, CPU_EXTRA_ROUNDS, CPU_EXTEND_S = 3, 0.12, 6, 10.0
+
+
+class Clock:
+    """One timing mode of the judge. `interval` times one side's batch (the runner frozen around it, see
+    evoteam.harness.interval); `rounds` says how many rounds an evaluation takes; `sets` how many input sets a
+    workload's batches hold."""
+
+    mode: TimingMode
+    graph = False  # the runner replays its batch captured in one CUDA graph
+    paired = False  # the rounds settle on the per-round speedup alone (CPU), else on the speedup and the noise
+    width = EVENTS_CI_WIDTH  # the rounds stop once each settling ratio's 95% interval spans this share of it
+    extend_s: float | None = None  # extra rounds stop once the rounds would pass this many seconds
+
+    def rounds(self, reps: int) -> tuple[int, int, int]:
+        """(the least timed rounds, the most, the rounds added at a time) for `reps` asked."""
+        return min(GPU_MIN_REPS, reps), reps, 1
+
+    def sets(self, task, workload, hw) -> int | Callable[[dict], int]:
+        """Input sets for a workload's calls: a number, or a function of one set's inputs that gives it."""
+        return min(MAX_SETS, task.max_sets(workload))
+
+    def interval(self, handle, calls, sets: list[int], batch: int, deadline: float, write, flusher,
+                 null: bool) -> Interval:
+        return run_gpu(handle, calls, sets, batch, deadline, write, flusher, self.graph, null)
+
+
+class GraphClock(Clock):
+    """Device time: the batch's calls captured in one CUDA graph, enqueued before the judge's clock starts."""
+
+    mode, graph, width = TimingMode.graph, True, GPU_CI_WIDTH
+
+    def sets(self, task, workload, hw):
+        cap = task.max_sets(workload)
+
+        def count(template: dict) -> int:
+            from evoteam.harness.scan import physical_floor_ms
+
+            floor_ms = physical_floor_ms(task.min_bytes(workload, template) or 0, hw.peak_memory_bandwidth_tbs) or 0.0
+            per_call_us = max(GRAPH_MIN_CALL_US, 1e3 * floor_ms)
+            return max(1, min(cap, MAX_GRAPH_CALLS, math.ceil(GRAPH_BATCH_US / per_call_us)))
+
+        return count
+
+
+class EventsClock(Clock):
+    """Per call: launched by the runner's host once the judge releases it, timed by the judge's device events."""
+
+    mode = TimingMode.events
+
+
+class WallclockClock(EventsClock):
+    """A baseline that does host work per call (FlashInfer's plan per call): both sides launched by their hosts and
+    timed as events time them, the host's work inside."""
+
+    mode = TimingMode.wallclock
+
+
+class CpuTimeClock(Clock):
+    """CPUs: the CPU time of the runner's cgroup over its calls, read once it is frozen (evoteam.harness.interval)."""
+
+    mode, paired, width, extend_s = TimingMode.cputime, True, CPU_CI_WIDTH, CPU_EXTEND_S
+
+    def rounds(self, reps: int) -> tuple[int, int, int]:
+        return reps, CPU_MAX_FACTOR * reps, CPU_EXTRA_ROUNDS
+
+    def interval(self, handle, calls, sets, batch, deadline, write, flusher, null):
+        return run_cpu(handle, calls, sets, batch, deadline, write, flusher, null)
+
+
+CLOCKS: dict[TimingMode, Clock] = {c.mode: c() for c in (GraphClock, EventsClock, WallclockClock, CpuTimeClock)}
+
+
+def clock(mode: TimingMode | str) -> Clock:
+    """The judge's clock for a timing mode."""
+    return CLOCKS[TimingMode(mode)]
+
+
+# ------------------------------------------------------------------------------------------ trusted callables
 
 
 @dataclass(frozen=True)
@@ -42,15 +148,33 @@ class Timing:
         return asdict(self)
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[idx]
+def median(values: list[float]) -> float:
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The value at rank q (0..1) of the sorted values, the nearest rank."""
+    values = sorted(values)
+    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+
+def median_interval(values: list[float]) -> tuple[float, float]:
+    """The distribution-free 95% interval of the median: the order statistics whose ranks bound it
+    (the binomial's normal approximation, n/2 -+ 0.98 sqrt(n)); the whole range below 6 values."""
+    values = sorted(values)
+    n = len(values)
+    if n < 6:
+        return (values[0], values[-1]) if values else (math.nan, math.nan)
+    half = 0.98 * math.sqrt(n)
+    return values[max(0, math.floor(n / 2 - half))], values[min(n - 1, math.ceil(n / 2 + half))]
 
 
 def summarize(mode: str, samples_ms: list[float]) -> Timing:
     values = sorted(samples_ms)
-    return Timing(mode=mode, median_ms=statistics.median(values), p10_ms=_quantile(values, 0.1),
-                  p90_ms=_quantile(values, 0.9), samples=len(values))
+    return Timing(mode=mode, median_ms=median(values), p10_ms=quantile(values, 0.1),
+                  p90_ms=quantile(values, 0.9), samples=len(values))
 
 
 class L2Flusher:
