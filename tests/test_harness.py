@@ -465,3 +465,24 @@ def test_gpu_rounds_stop_once_the_ratios_are_settled_whatever_moves_every_side_a
     assert not Judge._settled(noisy, None, 0.02, paired=False)
     cached = {k: v for k, v in steady.items() if k != "baseline"}  # the baseline's time from the cache
     assert Judge._settled(cached, 1.0, 0.02, paired=False)
+
+
+def test_the_cpu_flush_is_the_smallest_fill_measured_to_evict_and_measured_once(tmp_path, monkeypatch):
+    """A CPU target's fill before every interval is sized by what evicts a small working set on this machine (a
+    read after it within COLD_SHARE of the coldest), not by the cache size sysfs reports; measured once a machine."""
+    from evoteam.harness import cache_flush
+
+    mib = cache_flush.MIB
+    fills = [8 * mib, 16 * mib, 32 * mib, 64 * mib, 128 * mib]
+    assert cache_flush.smallest_evicting(fills, [0.05, 0.1, 0.2, 0.28, 0.30]) == 64 * mib
+    calls = []
+
+    def reads(fills, *a, **k):
+        calls.append(1)
+        return [0.1 + 0.05 * i for i in range(len(fills))][:len(fills) - 2] + [0.5, 0.5]
+
+    monkeypatch.setattr(cache_flush, "cold_reads", reads)
+    size, source = cache_flush.flush_bytes(tmp_path)
+    assert size == cache_flush.candidate_fills(cache_flush.last_level_cache_bytes())[-2] and source == "measured now"
+    assert cache_flush.flush_bytes(tmp_path) == (size, f"measured before ({tmp_path / 'cpu_flush.json'})")
+    assert len(calls) == 1

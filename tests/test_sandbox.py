@@ -214,3 +214,37 @@ def test_a_runners_processes_share_one_cpu_weight_however_many_sessions_they_sta
     finally:
         proc.close()
     assert share > 0.3, f"the process outside the runner got {share:.0%} of its CPU"
+
+
+def test_a_frozen_runner_whose_judge_was_killed_is_ended_by_the_next_judge(tmp_path):
+    """A runner is frozen between messages; a judge killed outright (SIGKILL: no unwinding) leaves it frozen, and a
+    frozen process cannot die on its own. The next judge's reaper ends it and removes its cgroup."""
+    _available()
+    if not sandbox.capabilities().cgroup or sandbox.capabilities().cgroup == "container":
+        pytest.skip("no cgroup for the runner here")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.chmod(scratch, 0o777)
+    judge = (
+        "import sys, os, time\n"
+        "from pathlib import Path\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from evoteam.harness.sandbox import SandboxedProcess, SandboxSpec\n"
+        f"spec = SandboxSpec(scratch=Path({str(scratch)!r}), cache=None, candidate=None, device='cpu',\n"
+        "                   memory_bytes=1 << 30, max_pids=16)\n"
+        "proc = SandboxedProcess([sys.executable, '-c', 'import time; time.sleep(600)'], spec, [],\n"
+        f"                       Path({str(tmp_path / 'log.txt')!r}))\n"
+        "time.sleep(1)\n"
+        "proc.freeze(True)\n"
+        "print(' '.join(map(str, proc.cgroup.pids())), proc.cgroup.dirs[0].name, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n")
+    out = subprocess.run([sys.executable, "-c", judge], capture_output=True, text=True, timeout=60).stdout.split()
+    *pids, name = out
+    assert pids, "the runner did not start"
+    assert all(os.path.exists(f"/proc/{p}") for p in pids), "the runner should outlive its killed judge, frozen"
+    assert sandbox.reap_orphans() >= 1
+    time.sleep(0.5)
+    assert not any(os.path.exists(f"/proc/{p}") and "zombie" not in open(f"/proc/{p}/status").read().lower()
+                   for p in pids)
+    assert not any(d.name == name for d in (sandbox.CGROUP_ROOT / "freezer" / "evoteam").glob("runner-*")) \
+        if (sandbox.CGROUP_ROOT / "freezer").is_dir() else True

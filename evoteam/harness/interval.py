@@ -50,6 +50,7 @@ class Interval:
     wall_ms: float = math.nan  # CPU: the host clock over the same calls
     inputs_s: float = 0.0  # the judge's time writing inputs and flushing caches
     freeze_s: float = 0.0  # the judge's time freezing the runner
+    flush_s: float = 0.0  # CPU: the part of inputs_s the cache flush took (a GPU's flush is the device's time)
 
 
 def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, deadline: float,
@@ -60,8 +61,9 @@ def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
     t1 = time.perf_counter()
     freeze_s = t1 - t
     write()
+    t2 = time.perf_counter()
     flusher.fill(batch & 0xFF)  # the caches hold nothing of either side when a call starts
-    inputs_s = time.perf_counter() - t1
+    inputs_s, flush_s = time.perf_counter() - t1, time.perf_counter() - t2
     before = handle.process.cpu_usec()
     handle.thaw()  # after the count is read: all it does from here on counts
     t0 = time.perf_counter()
@@ -79,7 +81,7 @@ def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
     after = handle.process.cpu_usec()
     sample = calls.take_sample(max(sets) + 1) if sets and not null else None
     ms = (after - before) / 1e3 if before is not None and after is not None else wall
-    return Interval(ms, reply, sample, wall, inputs_s, freeze_s)
+    return Interval(ms, reply, sample, wall, inputs_s, freeze_s, flush_s)
 
 
 def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, deadline: float,

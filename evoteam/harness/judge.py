@@ -10,7 +10,9 @@ Per workload:
    decided by a coin after the round). A batch is G calls on G input sets, fresh for every batch. One batch is one
    interval (evoteam.harness.interval): the runner frozen while its inputs are written and the caches flushed, its
    calls released (on a CPU and in events mode one at a time), the clock stopped after a sample of the outputs, the
-   runner frozen again from its answer on. Time per call = batch / G - null / its G, median over the rounds.
+   runner frozen again from its answer on. Time per call = batch / G - null / its G, median over the rounds. How a
+   batch is timed, how many calls it holds and how many rounds run is the mode's clock's (evoteam.harness.timing):
+   on a GPU the rounds stop once the per-round ratios (speedup, and the candidate against its repeat) are settled.
    Nothing of the judge's uses the GPU's multiprocessors inside the interval: a context switch costs ~150 us on an
    H200 and would swamp small kernels. Before a trusted side's batch on a GPU the judge waits until no other work
    runs there (the candidate's, left behind: flagged if it does not end). A candidate whose calls cannot be
@@ -47,9 +49,8 @@ import torch
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.hardware import HardwareSpec
-from evoteam.harness import interval, scan, scratch, timing
+from evoteam.harness import cache_flush, interval, scan, scratch, timing
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
-from evoteam.harness.cache_flush import last_level_cache_bytes
 from evoteam.harness.calls import CallSets
 from evoteam.harness.candidate import Candidate, CandidateError
 from evoteam.harness.check import CheckResult, OutputError
@@ -67,6 +68,7 @@ SUB_INPUTS, SUB_BATCHES, SUB_VERIFY, SUB_FREEZE = ("timing: inputs", "timing: ba
                                                    "timing: freezing")
 SUB_BASELINE, SUB_FLAGS = "timing: baseline setup", "timing: report and flags"
 SUB_OTHER = "timing: other"
+SUB_FLUSH = "timing: cache flush (CPU)"  # what a CPU target's fill before every interval costs
 # the phases outside the workloads: the judge's process until its first workload (imports, the GPU context, the
 # flush buffer), each workload's end (its buffers unbound and freed), the runners closed at the end; whatever is in
 # no phase is "judge: other", so that the judge's phases sum to its process's life
@@ -150,12 +152,11 @@ class Judge:
         self.cpus: frozenset[int] | None = None  # CPU targets: the CPU this evaluation times on (during run())
         self.cpu_lock = None  # and the lock that holds it for this evaluation
         self.flusher = None
-        if not hw.is_gpu:  # numpy's fill runs on the calling thread alone (torch's would use its thread pool)
-            self.flusher = numpy.empty(2 * last_level_cache_bytes(), dtype=numpy.uint8)
         self.device_name = ""
         # the checks' calls, and the CPU's batch probe: one call an interval, launched by the runner's host
         self.check_clock = timing.clock(TimingMode.events if hw.is_gpu else TimingMode.cputime)
         self.baseline_loaded = True  # False once the baseline's runner said it cannot load it
+        self.spawned: list[RunnerHandle] = []  # every runner this judge started
 
     def _init_device(self) -> None:
         """The judge's GPU context, flush buffer and idle flush time (once; while the runners start)."""
@@ -204,8 +205,20 @@ class Judge:
                 # on it (pool threads spinning there beside a runner made an evaluation 6x slower).
                 os.sched_setaffinity(0, self.cpus)
                 torch.set_num_threads(1)
+                # numpy's fill runs on the calling thread alone (torch's would use its thread pool); its size is
+                # what evicts on this machine, measured here (once per machine) on the CPU the evaluation times on
+                t = time.perf_counter()
+                size, source = cache_flush.flush_bytes()
+                self.flusher = numpy.empty(size, dtype=numpy.uint8)
+                self.logs.append(f"CPU cache flush: {size >> 20} MiB before every interval ({source})")
+                self._phase(SUB_FLUSH, t)
             if unusable is None:
                 t = time.perf_counter()
+                from evoteam.harness.sandbox import reap_orphans
+
+                reaped = reap_orphans()  # runners of judges killed before they could end them
+                if reaped:
+                    self.logs.append(f"ended {reaped} runner(s) left behind by judges that were killed")
                 try:
                     self._start_runners()
                 except CandidateUnusable as exc:
@@ -255,7 +268,11 @@ class Judge:
             if handle is not None:
                 self.logs.append(f"=== {handle.kind} runner ===\n{handle.logs()}")
                 handle.close()
+        for handle in self.spawned:  # one the judge was still starting (a frozen runner does not end on its own)
+            if not handle.dead and handle not in (self.candidate, self.baseline):
+                handle.close()
         self.candidate = self.baseline = None
+        self.spawned = []
 
     # ------------------------------------------------------------------ runners
     def threads(self) -> str:
@@ -295,6 +312,7 @@ class Judge:
         spec.cache.mkdir(parents=True, exist_ok=True)
         os.chmod(workdir, 0o777)  # the sandbox's user (65534) writes here; the parent folder is private
         handle = RunnerHandle(kind, spec, workdir)
+        self.spawned.append(handle)  # ended with the evaluation, whatever becomes of it
         handle.send({"op": "hello"}, fds=[handle.flags.fd])
         return handle
 
@@ -497,9 +515,11 @@ class Judge:
             self._quiet()  # nothing of the candidate's runs on the GPU while a trusted side is timed
         out = (clock or self.check_clock).interval(handle, calls, sets, batch, deadline, write, self.flusher, null)
         if account:
-            for name, seconds in ((SUB_INPUTS, out.inputs_s), (SUB_FREEZE, out.freeze_s),
+            for name, seconds in ((SUB_INPUTS, out.inputs_s - out.flush_s), (SUB_FLUSH, out.flush_s),
+                                  (SUB_FREEZE, out.freeze_s),
                                   (SUB_BATCHES, time.perf_counter() - t - out.inputs_s - out.freeze_s)):
-                self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
+                if seconds or name != SUB_FLUSH:  # a GPU's flush is device time, in its batch
+                    self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
         return out
 
     def _flush_us(self) -> float:

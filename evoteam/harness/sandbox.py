@@ -300,6 +300,42 @@ class Cgroup:
                     time.sleep(0.05)
 
 
+def reap_orphans() -> int:
+    """Runners whose judge is gone (killed before it could end them: a frozen runner cannot die on its own, its
+    sandbox's parent-death signal waits for a thaw that never comes): their processes killed, their cgroups removed.
+    A runner's cgroup is named after its judge's pid (runner-<pid>-<n>). Returns how many runners were reaped."""
+    groups: dict[str, list[Path]] = {}
+    for parent in [CGROUP_ROOT / "evoteam"] + [CGROUP_ROOT / ctl / "evoteam" for ctl in
+                                               ("memory", "pids", "freezer", "cpuacct", "cpu", "cpuset")]:
+        try:
+            for d in parent.glob("runner-*"):
+                groups.setdefault(d.name, []).append(d)
+        except OSError:
+            continue
+    reaped = 0
+    for name, dirs in groups.items():
+        try:
+            judge = int(name.split("-")[1])
+            os.kill(judge, 0)
+            continue  # its judge is alive: its runner is its to end
+        except (ValueError, IndexError):
+            continue
+        except PermissionError:
+            continue
+        except ProcessLookupError:
+            pass
+        group = Cgroup.__new__(Cgroup)
+        group.version = "v2" if dirs[0].parent == CGROUP_ROOT / "evoteam" else "v1"
+        group.dirs = sorted(dirs, key=lambda d: d.parts[-3] != "freezer")  # v1: the freezer first
+        try:
+            group.kill()
+            group.remove()
+            reaped += 1
+        except OSError:
+            pass
+    return reaped
+
+
 @dataclass
 class SandboxSpec:
     """What one runner gets."""
