@@ -52,11 +52,37 @@ def _fixed_sweep_dir(argv: list[str]) -> list[str]:
     Slurm) would otherwise resolve the relative default in another working directory, at another ${now}."""
     if not {"-m", "--multirun"} & set(argv) or any(a.startswith("hydra.sweep.dir=") for a in argv):
         return argv
-    return [*argv, f"hydra.sweep.dir={Path.cwd() / 'runs' / 'multirun' / time.strftime('%Y-%m-%d_%H-%M-%S')}"]
+    sweep = f"hydra.sweep.dir={Path.cwd() / 'runs' / 'multirun' / time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    at = next((i for i, a in enumerate(argv) if "=" in a and not a.startswith("-")), len(argv))
+    return [*argv[:at], sweep, *argv[at:]]  # among the overrides (Hydra reads them as one positional run)
+
+
+def _repeats(argv: list[str]) -> list[str]:
+    """`repeat=N`: every configuration of a multirun N times, with seeds 1..N (the sweep dimension
+    `seed=range(1,N+1)`, which works with every Hydra launcher); recorded per run as its seed."""
+    given = [a for a in argv if a.startswith("repeat=")]
+    if not given:
+        return argv
+    value = given[-1].split("=", 1)[1]
+    if not value.isdigit() or int(value) < 1:
+        raise cli_errors.ConfigInputError(f"repeat={value}: give a whole number of runs per configuration, e.g. "
+                                          f"repeat=3")
+    at = argv.index(given[-1])  # the sweep takes the place of repeat=N among the overrides
+    rest = [a for a in argv if not a.startswith("repeat=")]
+    if any(a.split("=", 1)[0].lstrip("+~") == "seed" for a in rest if "=" in a):
+        raise cli_errors.ConfigInputError("give repeat=N or seed=..., not both (repeat=N is seed=range(1,N+1))")
+    if int(value) == 1:
+        return rest
+    if not {"-m", "--multirun"} & set(rest):
+        raise cli_errors.ConfigInputError(f"repeat={value} runs each configuration {value} times as a sweep: add -m "
+                                          f"(python -m evoteam -m ... repeat={value})")
+    at -= sum(1 for a in argv[:at] if a.startswith("repeat="))
+    return [*rest[:at], f"seed=range(1,{int(value) + 1})", *rest[at:]]
 
 
 def main() -> None:
     try:
+        sys.argv = [sys.argv[0], *_repeats(sys.argv[1:])]
         cli_errors.preflight(_overrides(sys.argv[1:]))
     except cli_errors.ConfigInputError as exc:
         print(f"evoteam: error: {exc}", file=sys.stderr)

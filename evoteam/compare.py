@@ -7,10 +7,13 @@ the table (markdown and CSV) and plots as artifacts.
     python -m evoteam.compare --sweep-id 2026-01-01_12-00-00    # one multirun's jobs
     python -m evoteam.compare --tracking-uri http://mlflow.example:5000 --experiment evoteam --no-log
 
-A multirun (`python -m evoteam -m budget=equal,extra team=single,fixed4,evolving`) ends with this
-comparison of its own jobs (the Hydra callback `SweepSummary` below). Several runs of the
-same cell are combined: speedups by geometric mean, wins and tokens by mean. Bad input (no such
-store, experiment or runs): one line on stderr, exit code 2.
+A multirun (`python -m evoteam -m budget=equal,extra team=single,fixed4,evolving repeat=3`) ends with this
+comparison of its own jobs (the Hydra callback `SweepSummary` below). Several runs of the same cell (repeat=N:
+seeds 1..N) are combined: the final speedups by geometric mean with its 95% bootstrap interval over the runs (and
+their median and mean), wins and tokens by mean. Runs on the same seed are paired: extra against equal budget per
+team preset, and preset against preset per budget, each with the geometric mean of the per-seed ratios, its
+interval, a permutation test's p-value and a verdict ("within noise" unless both say otherwise; evoteam.uncertainty).
+Bad input (no such store, experiment or runs): one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import argparse
 import csv
 import io
 import json
+import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
@@ -38,6 +42,7 @@ from evoteam.tracking.store import (
     resolve_uri,
     sqlite_path,
 )
+from evoteam.uncertainty import Estimate, Paired, geomean_interval, paired_difference
 
 MODES = ("equal", "extra")
 TEAM_ORDER = {"single": 0, "fixed4": 1, "evolving": 2}
@@ -62,6 +67,7 @@ class RunRow:
     tokens: float
     cost: float
     evaluations: float
+    seed: str = "none"
 
 
 @dataclass
@@ -71,6 +77,10 @@ class Cell:
     wins: float | None = None
     workloads: float | None = None
     tokens: float | None = None
+    interval: Estimate | None = None  # the geomean over runs with its 95% bootstrap interval
+    median: float | None = None
+    mean: float | None = None
+    seeds: dict[str, float] = field(default_factory=dict)  # final geomean per seed (for the paired comparisons)
 
 
 @dataclass
@@ -79,11 +89,26 @@ class Row:
     hardware: str
     task: str
     cells: dict[str, Cell]
+    paired: Paired | None = None  # extra against equal budget, runs on the same seeds
 
     @property
     def ratio(self) -> float | None:
+        if self.paired is not None and self.paired.ratio.value is not None:
+            return self.paired.ratio.value
         eq, ex = self.cells["equal"].geomean, self.cells["extra"].geomean
         return ex / eq if eq and ex else None
+
+
+@dataclass
+class PresetPair:
+    """Preset b against preset a, on one target and budget, over the seeds both ran."""
+
+    hardware: str
+    task: str
+    budget: str
+    a: str
+    b: str
+    paired: Paired
 
 
 def _quote(value: str) -> str:
@@ -114,12 +139,27 @@ def load_runs(client, experiment_id: str, sweep_id: str | None = None) -> list[R
                            geomean=m.get("final_geomean_speedup"), wins=m.get("final_wins", 0.0),
                            workloads=m["final_workloads"], passed=m.get("final_passed", 0.0),
                            tokens=m.get("final_tokens_total", 0.0), cost=m.get("final_cost_usd", 0.0),
-                           evaluations=m.get("final_evaluations", 0.0)))
+                           evaluations=m.get("final_evaluations", 0.0),
+                           seed=t.get("evoteam.seed") or run.data.params.get("seed", "none")))
     return rows
 
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def _by_seed(runs: list[RunRow]) -> dict[str, float]:
+    """Final geomean per seed (several runs of one seed: their geometric mean); runs without a seed are left out."""
+    groups: dict[str, list[float | None]] = {}
+    for r in runs:
+        if r.seed not in ("none", "None", ""):
+            groups.setdefault(r.seed, []).append(r.geomean)
+    return {seed: g for seed, values in groups.items() if (g := geomean(values)) is not None}
+
+
+def _pair(a: dict[str, float], b: dict[str, float]) -> Paired:
+    common = sorted(set(a) & set(b))
+    return paired_difference([a[k] for k in common], [b[k] for k in common])
 
 
 def build_table(rows: list[RunRow]) -> list[Row]:
@@ -131,12 +171,31 @@ def build_table(rows: list[RunRow]) -> list[Row]:
         cells = {}
         for mode in MODES:
             runs = by_mode.get(mode, [])
-            cells[mode] = Cell(runs=len(runs), geomean=geomean([r.geomean for r in runs]),
+            finals = [r.geomean for r in runs if r.geomean is not None]
+            interval = geomean_interval(finals)
+            cells[mode] = Cell(runs=len(runs), geomean=interval.value, interval=interval,
+                               median=statistics.median(finals) if finals else None, mean=_mean(finals),
                                wins=_mean([r.wins for r in runs]), workloads=_mean([r.workloads for r in runs]),
-                               tokens=_mean([r.tokens for r in runs]))
-        table.append(Row(team, hw, task, cells))
+                               tokens=_mean([r.tokens for r in runs]), seeds=_by_seed(runs))
+        both = cells["equal"].seeds and cells["extra"].seeds
+        table.append(Row(team, hw, task, cells, _pair(cells["equal"].seeds, cells["extra"].seeds) if both else None))
     table.sort(key=lambda r: (r.task, r.hardware, TEAM_ORDER.get(r.team, 9), r.team))
     return table
+
+
+def preset_pairs(table: list[Row]) -> list[PresetPair]:
+    """Every two presets of one target and budget that ran on common seeds: the later preset (single, fixed4,
+    evolving order) against the earlier."""
+    out = []
+    for mode in MODES:
+        for i, a in enumerate(table):
+            for b in table[i + 1:]:
+                if (a.hardware, a.task) != (b.hardware, b.task):
+                    continue
+                sa, sb = a.cells[mode].seeds, b.cells[mode].seeds
+                if set(sa) & set(sb):
+                    out.append(PresetPair(a.hardware, a.task, mode, a.team, b.team, _pair(sa, sb)))
+    return out
 
 
 def _num(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
@@ -149,43 +208,75 @@ def _wins(c: Cell) -> str:
     return f"{c.wins:g}/{c.workloads:g}"
 
 
-HEADER = ["team", "hardware", "task", "equal speedup", "extra speedup", "extra/equal", "equal wins", "extra wins",
-          "equal tokens", "extra tokens", "runs equal/extra"]
+HEADER = ["team", "hardware", "task", "equal speedup [95% CI]", "extra speedup [95% CI]", "extra/equal [95% CI]",
+          "extra vs equal", "equal wins", "extra wins", "equal tokens", "extra tokens", "runs equal/extra"]
+PAIR_HEADER = ["budget", "hardware", "task", "a", "b", "b/a [95% CI]", "p", "verdict", "seeds"]
+
+
+def _interval(c: Cell) -> str:
+    return c.interval.text() if c.interval is not None else _num(c.geomean, ".3f", "x")
+
+
+def _verdict(p: Paired | None) -> str:
+    if p is None:
+        return "-"
+    return f"{p.verdict} (p {p.p_value:.2f})" if p.p_value is not None else p.verdict
 
 
 def _cells(r: Row) -> list[str]:
     eq, ex = r.cells["equal"], r.cells["extra"]
-    return [r.team, r.hardware, r.task, _num(eq.geomean, ".3f", "x"), _num(ex.geomean, ".3f", "x"),
-            _num(r.ratio, ".2f", "x"), _wins(eq), _wins(ex), _num(eq.tokens, ".0f"), _num(ex.tokens, ".0f"),
-            f"{eq.runs}/{ex.runs}"]
+    ratio = r.paired.ratio.text(".2f") if r.paired is not None else _num(r.ratio, ".2f", "x")
+    return [r.team, r.hardware, r.task, _interval(eq), _interval(ex), ratio, _verdict(r.paired), _wins(eq),
+            _wins(ex), _num(eq.tokens, ".0f"), _num(ex.tokens, ".0f"), f"{eq.runs}/{ex.runs}"]
 
 
-def markdown(table: list[Row]) -> str:
-    body = [_cells(r) for r in table]
-    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(HEADER)]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(HEADER, widths)) + " |",
+def _pair_cells(p: PresetPair) -> list[str]:
+    return [p.budget, p.hardware, p.task, p.a, p.b, p.paired.ratio.text(".3f"),
+            "-" if p.paired.p_value is None else f"{p.paired.p_value:.2f}", p.paired.verdict, str(p.paired.ratio.n)]
+
+
+def _markdown(header: list[str], body: list[list[str]]) -> str:
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(header)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(b, widths)) + " |" for b in body]
     return "\n".join(lines)
+
+
+def markdown(table: list[Row], pairs: list[PresetPair] | None = None) -> str:
+    text = _markdown(HEADER, [_cells(r) for r in table])
+    if pairs:
+        text += ("\n\npreset against preset, runs on the same seeds (b/a: the geometric mean of the per-seed ratios of "
+                 "final speedups):\n\n" + _markdown(PAIR_HEADER, [_pair_cells(p) for p in pairs]))
+    return text
 
 
 def csv_text(table: list[Row]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["team", "hardware", "task"] + [f"{m}_{k}" for m in MODES
-                                                    for k in ("runs", "geomean", "wins", "workloads", "tokens")]
-                    + ["extra_over_equal"])
+                                                    for k in ("runs", "geomean", "wins", "workloads", "tokens",
+                                                              "geomean_ci_low", "geomean_ci_high", "median", "mean")]
+                    + ["extra_over_equal", "extra_over_equal_ci_low", "extra_over_equal_ci_high",
+                       "extra_over_equal_p", "extra_vs_equal_verdict"])
     for r in table:
         row = [r.team, r.hardware, r.task]
         for m in MODES:
             c = r.cells[m]
-            row += [c.runs] + ["" if v is None else v for v in (c.geomean, c.wins, c.workloads, c.tokens)]
-        writer.writerow(row + ["" if r.ratio is None else r.ratio])
+            iv = c.interval
+            row += [c.runs] + ["" if v is None else v for v in (c.geomean, c.wins, c.workloads, c.tokens,
+                                                                 iv.low if iv else None, iv.high if iv else None,
+                                                                 c.median, c.mean)]
+        p = r.paired
+        row += ["" if v is None else v for v in (r.ratio, p.ratio.low if p else None, p.ratio.high if p else None,
+                                                 p.p_value if p else None)] + [p.verdict if p else ""]
+        writer.writerow(row)
     return out.getvalue()
 
 
 def plot_speedups(table: list[Row], path: Path, title: str) -> None:
-    """Grouped bars: final geomean speedup per team preset (and hardware/task), equal vs extra."""
+    """Grouped bars: final geomean speedup per team preset (and hardware/task), equal vs extra, with the 95%
+    interval over each cell's runs as error bars."""
     plt = pyplot()
     labels = [r.team if len({(x.hardware, x.task) for x in table}) == 1 else f"{r.team}\n{r.hardware}/{r.task}"
               for r in table]
@@ -195,7 +286,12 @@ def plot_speedups(table: list[Row], path: Path, title: str) -> None:
         for i, mode in enumerate(MODES):
             xs = [j + (i - 0.5) * width for j in range(len(table))]
             ys = [r.cells[mode].geomean or 0.0 for r in table]
-            bars = ax.bar(xs, ys, width, label=f"{mode} budget")
+            # the 95% interval over the cell's runs as an error bar (none for a single run)
+            errs = [[max(0.0, y - (r.cells[mode].interval.low or y)) if r.cells[mode].interval else 0.0
+                     for y, r in zip(ys, table)],
+                    [max(0.0, (r.cells[mode].interval.high or y) - y) if r.cells[mode].interval else 0.0
+                     for y, r in zip(ys, table)]]
+            bars = ax.bar(xs, ys, width, label=f"{mode} budget", yerr=errs, capsize=3)
             for bar, r in zip(bars, table):
                 v = r.cells[mode].geomean
                 ax.annotate(_num(v, ".2f", "x"), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -242,6 +338,7 @@ class Comparison:
     table: list[Row]
     markdown: str
     summary_run_id: str | None
+    pairs: list[PresetPair] = field(default_factory=list)
 
 
 def open_store(tracking_uri: str, experiment: str):
@@ -282,18 +379,21 @@ def compare(tracking_uri: str = DEFAULT_URI, experiment: str = DEFAULT_EXPERIMEN
         where = f"sweep {sweep_id!r} of " if sweep_id else ""
         raise CompareError(f"no finished evoteam runs in {where}experiment {experiment!r} at {tracking_uri}")
     table = build_table(runs)
-    text = markdown(table)
+    pairs = preset_pairs(table)
+    text = markdown(table, pairs)
     scope = f"sweep {sweep_id}" if sweep_id else f"experiment {experiment}"
-    out(f"\nequal vs extra budget, final geomean speedup vs the baseline ({len(runs)} runs, {scope}):\n{text}")
+    out(f"\nequal vs extra budget, final geomean speedup vs the baseline ({len(runs)} runs, {scope}; a cell's "
+        f"geomean over its runs with its 95% bootstrap interval; extra/equal and the verdict from runs paired by "
+        f"seed):\n{text}")
     summary_id = None
     if log_summary:
-        summary_id = _log_summary(client, experiment_id, sweep_id, runs, table, text, scope)
+        summary_id = _log_summary(client, experiment_id, sweep_id, runs, table, text, scope, pairs)
         out(f"mlflow: summary run {summary_id} in {tracking_uri}, experiment {experiment!r}")
-    return Comparison(runs, table, text, summary_id)
+    return Comparison(runs, table, text, summary_id, pairs)
 
 
 def _log_summary(client, experiment_id: str, sweep_id: str | None, runs: list[RunRow], table: list[Row],
-                 text: str, scope: str) -> str:
+                 text: str, scope: str, pairs: list[PresetPair] = ()) -> str:
     from mlflow.entities import Metric, Param
 
     name = f"summary {sweep_id or 'all runs'}"
@@ -303,13 +403,29 @@ def _log_summary(client, experiment_id: str, sweep_id: str | None, runs: list[Ru
     try:
         now = int(time.time() * 1000)
         metrics = []
+        def add(name: str, value: float | None) -> None:
+            if value is not None:
+                metrics.append(Metric(name, float(value), now, 0))
+
         for r in table:
+            where = f"{r.team}/{r.hardware}/{r.task}"
             for mode in MODES:
                 c = r.cells[mode]
-                if c.geomean is not None:
-                    metrics.append(Metric(f"speedup/{mode}/{r.team}/{r.hardware}/{r.task}", c.geomean, now, 0))
-            if r.ratio is not None:
-                metrics.append(Metric(f"extra_over_equal/{r.team}/{r.hardware}/{r.task}", r.ratio, now, 0))
+                add(f"speedup/{mode}/{where}", c.geomean)
+                if c.interval is not None:
+                    add(f"speedup_ci_low/{mode}/{where}", c.interval.low)
+                    add(f"speedup_ci_high/{mode}/{where}", c.interval.high)
+            add(f"extra_over_equal/{where}", r.ratio)
+            if r.paired is not None:
+                add(f"extra_over_equal_ci_low/{where}", r.paired.ratio.low)
+                add(f"extra_over_equal_ci_high/{where}", r.paired.ratio.high)
+                add(f"extra_over_equal_p/{where}", r.paired.p_value)
+        for p in pairs:
+            where = f"{p.budget}/{p.b}_over_{p.a}/{p.hardware}/{p.task}"
+            add(f"preset_ratio/{where}", p.paired.ratio.value)
+            add(f"preset_ratio_ci_low/{where}", p.paired.ratio.low)
+            add(f"preset_ratio_ci_high/{where}", p.paired.ratio.high)
+            add(f"preset_ratio_p/{where}", p.paired.p_value)
         client.log_batch(rid, metrics=metrics[:1000],
                          params=[Param("runs", str(len(runs))), Param("sweep_id", sweep_id or "all"),
                                  Param("run_ids", ",".join(r.run_id for r in runs)[:500])])
@@ -318,6 +434,8 @@ def _log_summary(client, experiment_id: str, sweep_id: str | None, runs: list[Ru
             (folder / "compare.md").write_text(f"# equal vs extra budget ({scope})\n\n{text}\n")
             (folder / "compare.csv").write_text(csv_text(table))
             (folder / "runs.json").write_text(json.dumps([r.__dict__ for r in runs], indent=1))
+            (folder / "pairs.json").write_text(json.dumps([{**p.__dict__, "paired": p.paired.to_json()}
+                                                           for p in pairs], indent=1))
             plot_speedups(table, folder / "compare_speedup.png", f"final speedup, equal vs extra budget ({scope})")
             plot_tokens(runs, folder / "compare_speedup_vs_tokens.png", f"final speedup vs tokens ({scope})")
             client.log_artifacts(rid, str(folder))

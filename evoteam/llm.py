@@ -229,8 +229,9 @@ class LLMClient:
     """Chat completions with tools through litellm, for one configured model."""
 
     def __init__(self, config: Any, journal: Path | None = None, *, backoff_base_s: float = 1.0,
-                 backoff_cap_s: float = 30.0, sleep: Callable[[float], None] = time.sleep):
+                 backoff_cap_s: float = 30.0, sleep: Callable[[float], None] = time.sleep, seed: int | None = None):
         self.config = config
+        self.seed = seed  # the run's seed, sent as the sampling seed where the provider takes one (else dropped)
         self.model: str = config.model
         self.api_base: str | None = config.api_base or None
         self.api_key_env: str | None = config.api_key_env or None
@@ -337,6 +338,8 @@ class LLMClient:
                                       timeout=self.timeout_s, max_retries=0, drop_params=True)
         if tools:
             kwargs["tools"] = tools
+        if self.seed is not None:
+            kwargs["seed"] = self.seed  # drop_params drops it where the provider has no such parameter
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             self.requests_sent += 1

@@ -214,7 +214,7 @@ def run(cfg: DictConfig) -> float | None:
     settings = HarnessSettings.from_config(cfg, target.hw, target.task, target.workloads)
     ledger = Ledger.from_config(cfg.budget, cfg.llm)
     brief = task_brief(target.task, target.hw, target.workloads, cfg.task.baseline, settings.timing_mode)
-    llm = LLMTeam.from_config(cfg.llm, run_dir, ledger, brief)
+    llm = LLMTeam.from_config(cfg.llm, run_dir, ledger, brief, seed=cfg.seed)
     model = llm.model if llm else "offline"
     preset = presets.from_config(cfg.team, model, cfg.agent.kind.value)
     if llm or any(r.agent != "llm" for r in preset.roles):
@@ -227,7 +227,8 @@ def run(cfg: DictConfig) -> float | None:
         print(f"evoteam: every LLM member starts from the task brief in {run_dir / 'brief.md'} "
               f"({count_tokens(llm.task_brief, model)} tokens)", flush=True)
     tags = {"hardware": target.hw.name, "task": target.task.name, "budget_mode": cfg.budget.mode.value,
-            "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": settings.timing_mode}
+            "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": settings.timing_mode,
+            "seed": str(cfg.seed)}
     if inheritance is not None:
         tags["inherit"] = inheritance.describe()  # every preset of a comparison starts from the same
     tracker = tracking.open_tracker(cfg, run_dir, tags=tags)

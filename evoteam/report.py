@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evoteam.harness.model import WorkloadResult, geomean
 
@@ -16,26 +16,41 @@ class Summary:
     worst_speedup: float | None
     worst_workload: str | None
     max_noise: float | None
+    # the geomean's 95% bootstrap interval over the workloads (evoteam.uncertainty.geomean_interval)
+    geomean_low: float | None = None
+    geomean_high: float | None = None
+    # KernelBench's fast_p: the share of workloads correct and faster than p times the baseline, p in FAST_P
+    fast_p: dict = field(default_factory=dict)
 
     def line(self) -> str:
         def f(v: float | None, spec: str) -> str:
             return "-" if v is None else format(v, spec)
 
+        interval = (f" [{self.geomean_low:.3f}, {self.geomean_high:.3f}]"
+                    if self.geomean_low is not None and self.geomean_high is not None else "")
+        fast = ", ".join(f"fast_{p:g} {v:.2f}" for p, v in self.fast_p.items() if v is not None)
         return (f"{self.passed}/{self.workloads} passed; wins {self.wins}; geomean speedup "
-                f"{f(self.geomean_speedup, '.3f')}x; worst {f(self.worst_speedup, '.3f')}x"
+                f"{f(self.geomean_speedup, '.3f')}x{interval}; worst {f(self.worst_speedup, '.3f')}x"
                 f"{' (' + self.worst_workload[:8] + ')' if self.worst_workload else ''}; "
-                f"max noise {f(None if self.max_noise is None else 100 * self.max_noise, '.1f')}%")
+                f"max noise {f(None if self.max_noise is None else 100 * self.max_noise, '.1f')}%"
+                f"{'; ' + fast if fast else ''}")
 
 
 def summarize(results: list[WorkloadResult]) -> Summary:
+    from evoteam.uncertainty import FAST_P, fast_p, geomean_interval
+
     timed = [r for r in results if r.speedup is not None]
     mean = geomean(r.speedup for r in timed)
     worst = min(timed, key=lambda r: r.speedup) if timed else None
     noises = [r.noise for r in results if r.noise is not None]
+    interval = geomean_interval([r.speedup for r in timed])
+    # a speedup counts only where the workload passed (a flagged time is not a win)
+    counted = [r.speedup if r.status == "PASSED" else None for r in results]
     return Summary(workloads=len(results), passed=sum(r.status == "PASSED" for r in results),
                    wins=sum(r.speedup > 1.0 for r in timed), geomean_speedup=mean,
                    worst_speedup=worst.speedup if worst else None, worst_workload=worst.uuid if worst else None,
-                   max_noise=max(noises) if noises else None)
+                   max_noise=max(noises) if noises else None, geomean_low=interval.low, geomean_high=interval.high,
+                   fast_p={p: fast_p(counted, p) for p in FAST_P} if results else {})
 
 
 CPU_NOTE = ("CPU figures: each side's single-threaded CPU time per call on one CPU, the speedup the median of "

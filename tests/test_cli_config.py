@@ -89,3 +89,24 @@ def test_unknown_workload_prefix_is_one_line(evoteam_cli, tmp_path):
     assert result.returncode == 2
     assert "task.workloads entry 'zzzz' matches no workload" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("repeat=3",), "repeat=3 runs each configuration 3 times as a sweep: add -m"),
+    (("-m", "repeat=zero"), "repeat=zero: give a whole number of runs per configuration"),
+    (("-m", "repeat=2", "seed=5"), "give repeat=N or seed=..., not both"),
+])
+def test_repeat_is_one_line_where_it_cannot_run(evoteam_cli, tmp_path, args, expected):
+    result = evoteam_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert expected in result.stderr
+
+
+def test_repeat_is_a_sweep_over_seeds_in_the_place_of_the_override():
+    """repeat=N is the sweep dimension seed=range(1,N+1), which every Hydra launcher (basic, Ray) expands."""
+    from evoteam.__main__ import _repeats
+
+    assert _repeats(["-m", "team=single,evolving", "repeat=3", "hardware=cpu"]) == \
+        ["-m", "team=single,evolving", "seed=range(1,4)", "hardware=cpu"]
+    assert _repeats(["-m", "repeat=1", "team=single"]) == ["-m", "team=single"]
+    assert _repeats(["team=single"]) == ["team=single"]

@@ -198,3 +198,23 @@ def test_a_run_stopped_while_it_measures_the_champion_measures_it_on_resume_unch
     attempts = _attempts(run_dir)
     assert [a["team"] for a in attempts][:1] == [INHERITED_TEAM] and len(attempts) == 2  # and the team's one
     assert attempts[0]["origin"]["inherited"] == "champion_h200.json" and attempts[0]["status"] == "PASSED"
+
+
+def test_where_both_figures_carry_intervals_the_dispatch_decides_by_them_and_says_so():
+    """A team's kernel displaces the inherited one only if its speedup's 95% interval lies above the inherited
+    one's; where either figure lacks an interval, the noise rule decides. The reason names the rule."""
+    from evoteam.team.progress import keep_inherited_why
+
+    inherited = _attempt("0001", INHERITED_TEAM, 1.106, 0.01)
+    inherited.intervals = {"w1": [1.09, 1.12]}
+    overlapping = _attempt("0014", "t1", 1.20, 0.01)  # 8.5% faster by its figure, but its rounds spread wide
+    overlapping.intervals = {"w1": [1.05, 1.30]}
+    kept, why = keep_inherited_why("w1", [inherited, overlapping])
+    assert kept.attempt_id == "0001" and why == "inherited kept: no team's kernel beat it beyond the intervals"
+    clear = _attempt("0015", "t1", 1.20, 0.01)
+    clear.intervals = {"w1": [1.17, 1.23]}
+    kept, why = keep_inherited_why("w1", [inherited, overlapping, clear])
+    assert kept.attempt_id == "0015" and why == "beats the inherited kernel beyond the intervals"
+    no_interval = _attempt("0016", "t1", 1.20, 0.03)  # an older journal: the noise rule
+    kept, why = keep_inherited_why("w1", [inherited, no_interval])
+    assert kept.attempt_id == "0016" and why == "beats the inherited kernel beyond the noise"

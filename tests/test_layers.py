@@ -30,7 +30,7 @@ LAYERS = (
     ("core", ("evoteam", "evoteam.errors", "evoteam.resources", "evoteam.schema", "evoteam.blobs", "evoteam.tolerance", "evoteam.dataset", "evoteam.hardware",
               "evoteam.task")),
     ("harness", ("evoteam.harness",)),
-    ("services", ("evoteam.llm", "evoteam.families", "evoteam.report", "evoteam.trace_writer",
+    ("services", ("evoteam.llm", "evoteam.families", "evoteam.report", "evoteam.uncertainty", "evoteam.trace_writer",
                   "evoteam.tracking.store", "evoteam.tracking.plots")),
     ("team", ("evoteam.team",)),
     ("tracking", ("evoteam.tracking", "evoteam.compare")),

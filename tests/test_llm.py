@@ -429,3 +429,13 @@ def test_a_conversation_over_its_context_limit_has_older_steps_summarised_never_
     with pytest.raises(ContextTooSmall, match="llm.context_tokens") as info:
         fit(messages, 50, count)
     assert "\n" not in str(info.value)
+
+
+def test_the_runs_seed_is_the_sampling_seed_where_the_provider_takes_one(server, key):
+    """Repeated runs of one configuration differ in their seed; an OpenAI-protocol server is sent it as `seed`."""
+    server.add(reply("a"))
+    server.add(reply("b"))
+    client = LLMClient(Cfg(api_base=server.url), backoff_base_s=0.001, backoff_cap_s=0.01, seed=7)
+    client.complete([{"role": "user", "content": "x"}], max_tokens=10)
+    make_client(server).complete([{"role": "user", "content": "x"}], max_tokens=10)
+    assert server.requests[0]["seed"] == 7 and "seed" not in server.requests[1]

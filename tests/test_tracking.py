@@ -242,6 +242,8 @@ def test_a_sweep_logs_one_run_per_job_and_ends_with_the_summary(sweep):
         assert t["evoteam.task"] == "mla_decode" and t["evoteam.team_preset"] == "single"
         assert t["evoteam.llm"] == "offline" and t["evoteam.timing_mode"] == "cputime"
         assert p["budget.mode"] == t["evoteam.budget_mode"] and p["hardware.name"] == "cpu" and p["seed"] == "3"
+        assert t["evoteam.seed"] == "3"  # repeated runs of a configuration differ in it (repeat=N: seeds 1..N)
+        assert {"final_fast_p_1", "final_fast_p_1.1", "final_fast_p_1.25"} <= set(m)  # KernelBench's fast_p
         assert m["final_evaluations"] == {"equal": 2, "extra": 3}[t["evoteam.budget_mode"]]
         assert m["final_workloads"] == 1 and "final_geomean_speedup" in m and m["final_tokens_total"] == 0
         best = _history(client, run.info.run_id, "best_geomean_speedup")

@@ -673,6 +673,7 @@ class Judge:
         result.baseline_ms, result.candidate_ms, result.candidate_repeat_ms = (
             figures["baseline"][0], figures["candidate"][0], figures["candidate_repeat"][0])
         result.paired_speedup = figures.pop("paired", None)
+        result.speedup_low, result.speedup_high = figures.pop("interval", (None, None))
         result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
         result.spread["calls_per_batch"], result.spread["baseline_calls_per_batch"] = n, n_base
         t = time.perf_counter()
@@ -865,6 +866,12 @@ class Judge:
             if wall > IDLE_FACTOR * out["candidate"][0] + IDLE_SLACK_MS:
                 result.flags.append(f"cpu_idle: the candidate's calls took {wall:.3g} ms on the host clock but "
                                     f"{out['candidate'][0]:.3g} ms of CPU time")
+        # the speedup's 95% interval: the order statistics around the median of the per-round ratios (the two sides
+        # timed moments apart in each round; against a cached baseline time, the candidate's rounds alone)
+        ratios = (_ratios(samples, "baseline", "candidate") if cached is None
+                  else [cached / c for c in samples["candidate"] if c > 0])
+        if ratios:
+            out["interval"] = timing.median_interval(ratios)
         if cached is not None:
             out["baseline"] = (cached, cached, cached, 0)
             result.baseline = f"{result.baseline} (cached)"

@@ -142,6 +142,9 @@ class WorkloadResult:
     # CPU targets: the median over rounds of baseline / candidate within each round (the two sides timed
     # moments apart), the speedup reported there; the machine's slow and fast spells then cancel.
     paired_speedup: float | None = None
+    # the speedup's 95% interval: the order statistics around the median of the per-round ratios baseline / candidate
+    speedup_low: float | None = None
+    speedup_high: float | None = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

@@ -22,11 +22,13 @@ class LLMTeam:
         self.task_brief = task_brief  # what every member is told first (evoteam.team.brief.task_brief)
 
     @classmethod
-    def from_config(cls, llm_cfg, run_dir: Path, ledger: Ledger, task_brief: str = "") -> LLMTeam | None:
-        """None with the offline policy; else a client that has answered one preflight call."""
+    def from_config(cls, llm_cfg, run_dir: Path, ledger: Ledger, task_brief: str = "",
+                    seed: int | None = None) -> LLMTeam | None:
+        """None with the offline policy; else a client that has answered one preflight call (sampling with the
+        run's `seed` where the provider takes one)."""
         if llm_cfg.provider.value == "offline":
             return None
-        client = LLMClient(llm_cfg, journal=run_dir / JOURNAL)
+        client = LLMClient(llm_cfg, journal=run_dir / JOURNAL, seed=seed)
         client.preflight()
         return cls(client, ledger, llm_cfg.model, task_brief)
 

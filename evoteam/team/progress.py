@@ -37,6 +37,7 @@ class Progress:
     improvements: int = 0
     failure_streak: tuple[str, int] = ("", 0)
     passed: int = 0
+    rules: Counter = field(default_factory=Counter)  # improvements by the rule that called them: intervals, noise
 
     @property
     def correct_rate(self) -> float:
@@ -53,8 +54,9 @@ class Progress:
 
 
 def progress_of(attempts: list[Attempt], groups: dict[str, str]) -> Progress:
-    """Replay the journal in order. An attempt improves the record when it beats the best of some
-    workload group (geomean over that group's workloads it covered) by more than the noise."""
+    """Replay the journal in order. An attempt improves the record when it beats the best of some workload group
+    (geomean over that group's workloads it covered) beyond its uncertainty: the geomean of its figures' 95% interval
+    lower ends above the best, where every figure has its interval; else by more than the noise."""
     p = Progress()
     noises: list[float] = []
     for a in attempts:
@@ -77,8 +79,15 @@ def progress_of(attempts: list[Attempt], groups: dict[str, str]) -> Progress:
             for group, values in by_group.items():
                 g = geomean(values)
                 old = p.best_by_group.get(group)
-                if old is None or g > old * (1 + p.noise):
+                members = [u for u in a.speedups if groups.get(u, "all") == group]
+                lows = [a.intervals[u][0] for u in members if u in a.intervals]
+                if len(lows) == len(members):  # every figure with its interval: its lower end must beat the best
+                    beyond, rule = old is None or geomean(lows) > old, "intervals"
+                else:
+                    beyond, rule = old is None or g > old * (1 + p.noise), "noise"
+                if beyond:
                     improved = True
+                    p.rules[rule] += 1
                 if old is None or g > old:
                     p.best_by_group[group] = g
             if a.geomean is not None and (p.best_geomean is None or a.geomean > p.best_geomean):
@@ -91,20 +100,39 @@ def progress_of(attempts: list[Attempt], groups: dict[str, str]) -> Progress:
     return p
 
 
+def beats(a: Attempt, b: Attempt, uuid: str) -> tuple[bool, str]:
+    """Whether `a`'s kernel is faster than `b`'s on `uuid` beyond the uncertainty of both figures, and by which rule:
+    "intervals" where both measurements carry the 95% interval of their speedup (from their timing rounds: a's lower
+    end above b's upper end), else "noise" (a's figure above b's by more than the larger relative gap between either
+    candidate's two timings, at least DEFAULT_NOISE)."""
+    ia, ib = a.intervals.get(uuid), b.intervals.get(uuid)
+    if ia and ib:
+        return ia[0] > ib[1], "intervals"
+
+    def noise(x: Attempt) -> float:
+        return x.noises.get(uuid, x.noise if x.noise is not None else DEFAULT_NOISE)
+
+    return a.speedups[uuid] > b.speedups[uuid] * (1 + max(DEFAULT_NOISE, noise(a), noise(b))), "noise"
+
+
 def keep_inherited(uuid: str, measured: list[Attempt]) -> Attempt:
-    """The kernel for `uuid` among the attempts that measured it: the fastest, except that an inherited kernel
-    stays unless a team's kernel beats it by more than the noise of both measurements (the larger relative gap
-    between a candidate's two timings, at least DEFAULT_NOISE); the fastest of those that do is taken. The
-    fastest of many noisy figures is the luckiest: on the H200 (2026-12-02) a kernel picked at 1.27x there, its
-    two timings 47% apart, measured 1.03x in the final table where the inherited kernel had measured 1.11x."""
+    return keep_inherited_why(uuid, measured)[0]
+
+
+def keep_inherited_why(uuid: str, measured: list[Attempt]) -> tuple[Attempt, str]:
+    """The kernel for `uuid` among the attempts that measured it, and why: the fastest, except that an inherited
+    kernel stays unless a team's kernel beats it beyond the uncertainty of both measurements (`beats`); the fastest
+    of those that do is taken. The fastest of many noisy figures is the luckiest: on the H200 (2026-12-02) a kernel
+    picked at 1.27x there, its two timings 47% apart, measured 1.03x in the final table where the inherited kernel
+    had measured 1.11x."""
     inherited = [a for a in measured if a.team == INHERITED_TEAM]
     if not inherited:
-        return max(measured, key=lambda a: a.speedups[uuid])
+        return max(measured, key=lambda a: a.speedups[uuid]), "fastest (nothing inherited)"
     kept = max(inherited, key=lambda a: a.speedups[uuid])
-
-    def noise(a: Attempt) -> float:
-        return a.noises.get(uuid, a.noise if a.noise is not None else DEFAULT_NOISE)
-
-    beyond = [a for a in measured if a.team != INHERITED_TEAM
-              and a.speedups[uuid] > kept.speedups[uuid] * (1 + max(DEFAULT_NOISE, noise(a), noise(kept)))]
-    return max(beyond, key=lambda a: a.speedups[uuid], default=kept)
+    verdicts = [(a, *beats(a, kept, uuid)) for a in measured if a.team != INHERITED_TEAM]
+    beyond = [(a, rule) for a, won, rule in verdicts if won]
+    if beyond:
+        a, rule = max(beyond, key=lambda x: x[0].speedups[uuid])
+        return a, f"beats the inherited kernel beyond the {rule}"
+    rules = sorted({rule for _, _, rule in verdicts}) or ["-"]
+    return kept, f"inherited kept: no team's kernel beat it beyond the {' or '.join(rules)}"

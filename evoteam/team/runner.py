@@ -32,7 +32,7 @@ from evoteam.team.budget import BudgetExceeded, Ledger
 from evoteam.team.inherit import INHERITED_TEAM
 from evoteam.team.journal import TeamOutcome, TeamRecord
 from evoteam.team.offline import OfflineAgent, SearchSpace
-from evoteam.team.progress import Progress, keep_inherited, progress_of
+from evoteam.team.progress import Progress, keep_inherited_why, progress_of
 from evoteam.team.shared_measurements import SharedMeasurements
 from evoteam.team.spec import TeamSpec
 from evoteam.team.supervisor import Supervisor, stalled, verdict
@@ -316,6 +316,7 @@ class TeamRun:
         kernel gives way only as `keep_inherited` says."""
         attempts = [a for a in self.workspace.attempts if a.status == "PASSED" and a.speedups]
         table: dict[str, str] = {}
+        self.dispatch_reasons: dict[str, str] = {}  # uuid -> why its kernel was chosen where several measured it
         group_best: dict[str, tuple[float, str]] = {}
         for a in attempts:
             for uuid, s in a.speedups.items():
@@ -326,7 +327,9 @@ class TeamRun:
         for w in self.workloads:
             own = [a for a in attempts if w.uuid in a.speedups]
             if own:
-                table[w.uuid] = keep_inherited(w.uuid, own).attempt_id
+                kept, why = keep_inherited_why(w.uuid, own)
+                table[w.uuid] = kept.attempt_id
+                self.dispatch_reasons[w.uuid] = why
             elif self.groups[w.uuid] in group_best:
                 table[w.uuid] = group_best[self.groups[w.uuid]][1]
             elif overall is not None:
@@ -389,6 +392,7 @@ class TeamRun:
             for r in evaluate_in_pieces(evaluate, request, timeout_s, journal).results:
                 results[r.uuid] = r
         (final_dir / "dispatch.json").write_text(json.dumps(table, indent=1))
+        (final_dir / "dispatch_reasons.json").write_text(json.dumps(self.dispatch_reasons, indent=1))
         ordered = [results[w.uuid] for w in self.workloads]
         (final_dir / "results.json").write_text(json.dumps([r.to_json() for r in ordered], indent=1))
         return ordered

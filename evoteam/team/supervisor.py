@@ -41,7 +41,10 @@ def verdict(spec: TeamSpec, start: Progress, now: Progress) -> str:
         what = f"{repeats} further failures of type {streak_type or 'any'} in {evaluations} evaluations"
     else:
         ok = gained > 0
-        what = f"{gained} improvements beyond noise in {evaluations} evaluations; best {before} -> {after}"
+        rules = {k: now.rules[k] - start.rules.get(k, 0) for k in now.rules}
+        by = " and ".join(f"{n} by the {k}" for k, n in sorted(rules.items()) if n) or "none"
+        what = (f"{gained} improvements beyond the uncertainty ({by}) in {evaluations} evaluations; best {before} "
+                f"-> {after}")
     return ("confirmed: " if ok else "refuted: ") + what
 
 

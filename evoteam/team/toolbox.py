@@ -130,15 +130,19 @@ def default_evaluator(request: EvalRequest, timeout_s: float) -> EvalResult:
 
 
 def summarize_result(result: EvalResult) -> dict:
-    """An evaluation as the Attempt fields it gives: status, failure, speedups, statuses, noise, noises, geomean."""
+    """An evaluation as the Attempt fields it gives: status, failure, speedups, statuses, noise, noises, geomean,
+    intervals."""
     statuses = {r.uuid: r.status for r in result.results}
     failed = [r for r in result.results if r.status != "PASSED"]
     speedups = {r.uuid: r.speedup for r in result.results if r.speedup is not None}
     noises = {r.uuid: r.noise for r in result.results if r.noise is not None}
+    intervals = {r.uuid: [r.speedup_low, r.speedup_high] for r in result.results
+                 if r.speedup is not None and r.speedup_low is not None and r.speedup_high is not None}
     return {"status": failed[0].status if failed else "PASSED",
             "failure": f"{failed[0].uuid[:8]}: {failed[0].detail}" if failed else "",
             "speedups": speedups, "statuses": statuses, "noise": max(noises.values()) if noises else None,
-            "noises": noises, "geomean": geomean(speedups.values()) if not failed else None}
+            "noises": noises, "geomean": geomean(speedups.values()) if not failed else None,
+            "intervals": intervals}
 
 
 def _language_error(name: str) -> str:

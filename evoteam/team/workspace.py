@@ -40,6 +40,8 @@ class Attempt:
     noise: float | None = None  # the largest of `noises` (journals before them have this alone)
     geomean: float | None = None
     noises: dict[str, float] = field(default_factory=dict)  # uuid -> the candidate timed twice: relative gap
+    # uuid -> [low, high]: the speedup's 95% interval from the timing rounds (journals before them have none)
+    intervals: dict[str, list[float]] = field(default_factory=dict)
     # "search": a team's quick evaluation (the baseline's time may come from the cache); "final": measured as the
     # final table is (HarnessSettings.final_request), so the final table may take its figures as they are
     grade: str = "search"

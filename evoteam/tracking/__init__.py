@@ -14,13 +14,15 @@ continues the same MLflow run. What the runs hold:
 
 - tags: `evoteam.kind` (run, team or summary), `evoteam.hardware`, `evoteam.task`,
   `evoteam.budget_mode`, `evoteam.team_preset`, `evoteam.llm`, `evoteam.timing_mode`,
-  `evoteam.sweep_id` (the multirun's sweep folder name, or "none");
+  `evoteam.sweep_id` (the multirun's sweep folder name, or "none"), `evoteam.seed` (the run's seed: repeated
+  runs of one configuration differ in it);
 - params: the resolved configuration, flattened (`budget.tokens`, ...); artifact `config.yaml`;
 - metrics with step = evaluations so far: `best_geomean_speedup` (running maximum of verified
   geomean speedups), `correct_rate`, `passed`, `evaluations`, `tokens_prompt`, `tokens_completion`,
   `tokens_total`, `tokens_role/<role>`, `cost_usd`, `wall_time_s`; at the end `final_geomean_speedup`,
   `final_wins`, `final_worst_speedup`, `final_passed`, `final_workloads`, `final_tokens_total`,
-  `final_cost_usd`, `final_evaluations`;
+  `final_cost_usd`, `final_evaluations`, `final_geomean_ci_low` / `_high` (its 95% bootstrap interval over the
+  workloads), `final_fast_p_1`, `final_fast_p_1.1`, `final_fast_p_1.25` (KernelBench's fast_p);
 - one nested run per team (`evoteam.kind=team`): its spec (params and `team_spec.json`), the
   supervisor's reason and expected effect, and its outcome (metrics, `evoteam.verdict` tag).
 

@@ -293,7 +293,10 @@ class Tracker(NullTracker):
                   "final_worst_speedup": summary.worst_speedup, "final_passed": summary.passed,
                   "final_workloads": summary.workloads, "final_tokens_total": total.total_tokens,
                   "final_cost_usd": total.cost_usd, "final_evaluations": team_run.ledger.evaluations,
-                  "final_reused_workloads": len(reused)}
+                  "final_reused_workloads": len(reused),
+                  # the geomean's 95% bootstrap interval over the workloads, and KernelBench's fast_p
+                  "final_geomean_ci_low": summary.geomean_low, "final_geomean_ci_high": summary.geomean_high,
+                  **{f"final_fast_p_{p:g}": v for p, v in summary.fast_p.items()}}
         now = int(time.time() * 1000)
         step = team_run.ledger.evaluations
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()
