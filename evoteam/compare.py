@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy
+
 from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.harness.model import geomean
 from evoteam.tracking.plots import pyplot, save_axes
@@ -332,6 +334,41 @@ def plot_tokens(rows: list[RunRow], path: Path, title: str) -> None:
         plt.close(fig)
 
 
+def plot_progress(client, runs: list[RunRow], path: Path, title: str) -> bool:
+    """Best verified speedup against evaluations, one line per team preset and budget (the median over its runs'
+    seeds) with a band over them (their range); read from each run's `best_geomean_speedup` history. False where no
+    run has one."""
+    curves: dict[tuple[str, str], list[dict[int, float]]] = {}
+    for r in runs:
+        try:
+            history = client.get_metric_history(r.run_id, "best_geomean_speedup")
+        except Exception:  # noqa: BLE001 - a run without the metric (or a store that lost it): left out
+            continue
+        if history:
+            curves.setdefault((r.team, r.budget), []).append({int(m.step): float(m.value) for m in history})
+    if not curves:
+        return False
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    try:
+        for i, ((team, budget), series) in enumerate(sorted(curves.items())):
+            steps = sorted({s for c in series for s in c})
+            # each run's running best carried forward to every step (a run that ended earlier keeps its last)
+            filled = [[max([v for k, v in c.items() if k <= s], default=float("nan")) for s in steps] for c in series]
+            rows = numpy.array(filled, dtype=float)
+            with numpy.errstate(all="ignore"):
+                mid, low, high = (numpy.nanmedian(rows, 0), numpy.nanmin(rows, 0), numpy.nanmax(rows, 0))
+            style = "-" if budget == "equal" else "--"
+            ax.plot(steps, mid, style, color=f"C{i}", label=f"{team}, {budget} ({len(series)} runs)")
+            ax.fill_between(steps, low, high, color=f"C{i}", alpha=0.2)
+        ax.legend(fontsize=7)
+        save_axes(fig, ax, "evaluations", "best verified geomean speedup (x)",
+                  f"{title}\nlines: the median over seeds; bands: their range", path)
+    finally:
+        plt.close(fig)
+    return True
+
+
 @dataclass
 class Comparison:
     runs: list[RunRow]
@@ -438,6 +475,8 @@ def _log_summary(client, experiment_id: str, sweep_id: str | None, runs: list[Ru
                                                            for p in pairs], indent=1))
             plot_speedups(table, folder / "compare_speedup.png", f"final speedup, equal vs extra budget ({scope})")
             plot_tokens(runs, folder / "compare_speedup_vs_tokens.png", f"final speedup vs tokens ({scope})")
+            plot_progress(client, runs, folder / "compare_best_vs_evaluations.png",
+                          f"best speedup over the search, by seed ({scope})")
             client.log_artifacts(rid, str(folder))
     except BaseException:
         client.set_terminated(rid, "FAILED")

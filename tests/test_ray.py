@@ -242,8 +242,8 @@ def test_a_driver_killed_with_sigkill_resumes_the_evaluations_in_flight(cluster,
 
 def test_a_sweep_runs_its_jobs_on_the_cluster_through_hydras_ray_launcher(cluster, tmp_path):
     """`python -m evoteam -m hydra/launcher=ray_cluster ...`: each job a driver task on the cluster (its
-    evaluations Ray tasks too), the sweep folder absolute under the launching directory, and the jobs' runs
-    with the equal vs extra comparison in one MLflow store."""
+    evaluations Ray tasks too), the sweep folder absolute under the launching directory, repeat=2 as two jobs on
+    seeds 1 and 2, and the jobs' runs with their comparison in one MLflow store."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
     # Jobs on a cluster log to one tracking server (mlflow/server.sh): several processes opening one sqlite file
@@ -261,7 +261,7 @@ def _ray_sweep(cluster, tmp_path, uri):
     proc = subprocess.run([sys.executable, "-m", "evoteam", "-m", "hydra/launcher=ray_cluster", "hardware=cpu",
                            "executor=ray", f"executor.ray.auth_token_env={TOKEN_ENV}", "executor.ray.gpus_per_evaluation=1",
                            "task.workloads=[2eac5b85]", "budget.max_evaluations=1", "budget.extra_multiplier=2",
-                           "budget=equal,extra", "team=single", "seed=4", f"tracking.tracking_uri={uri}"],
+                           "budget=equal", "team=single", "repeat=2", f"tracking.tracking_uri={uri}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (sweep,) = (tmp_path / "runs" / "multirun").iterdir()  # absolute, under the launching directory, once
@@ -271,7 +271,9 @@ def _ray_sweep(cluster, tmp_path, uri):
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("evoteam")
     runs = client.search_runs([experiment.experiment_id], "tags.`evoteam.kind` = 'run'")
-    assert sorted(r.data.tags["evoteam.budget_mode"] for r in runs) == ["equal", "extra"]
+    # repeat=2 through the Ray launcher: the configuration twice, on seeds 1 and 2
+    assert sorted(r.data.tags["evoteam.seed"] for r in runs) == ["1", "2"]
+    assert {r.data.tags["evoteam.budget_mode"] for r in runs} == {"equal"}
     assert {r.data.tags["evoteam.sweep_id"] for r in runs} == {sweep.name}
     (summary,) = client.search_runs([experiment.experiment_id], "tags.`evoteam.kind` = 'summary'")
     assert summary.data.tags.get("evoteam.sweep_id") == sweep.name

@@ -262,7 +262,8 @@ def test_a_sweep_logs_one_run_per_job_and_ends_with_the_summary(sweep):
     # The Hydra callback's summary of this sweep.
     summaries = client.search_runs([experiment.experiment_id], "tags.`evoteam.kind` = 'summary'")
     assert len(summaries) == 1 and summaries[0].data.tags["evoteam.sweep_id"] == "sweep-a"
-    assert {"compare.md", "compare.csv", "compare_speedup.png", "compare_speedup_vs_tokens.png"} <= _artifacts(
+    assert {"compare.md", "compare.csv", "compare_speedup.png", "compare_speedup_vs_tokens.png", "pairs.json",
+            "compare_best_vs_evaluations.png"} <= _artifacts(
         client, summaries[0].info.run_id)
     assert "equal vs extra budget" in sweep["stdout"] and "| single | cpu" in sweep["stdout"].replace("  ", " ")
 
