@@ -30,13 +30,11 @@ from pathlib import Path
 
 from evoteam.errors import UserError
 from evoteam.harness.guard import ResourceGuard, descendants, resident_bytes
+from evoteam.harness.scan import BASELINE_MODULES  # hidden from candidates
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # evoteam/
 UNPRIVILEGED_UID = 65534
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# Libraries whose kernels are the baselines (or could stand in for them): hidden from candidates.
-BASELINE_MODULES = ("flashinfer", "fla", "vllm", "flash_kda", "aiter", "sgl_kernel", "flash_attn", "xformers",
-                    "tvm_ffi")
 TMP_BYTES = 1 << 30  # the runner's /tmp (in memory)
 # Set by the container executor to the limits of the judge's container (no cgroup can be made inside it).
 CONTAINER_LIMITS_ENV = "EVOTEAM_CONTAINER_LIMITS"
