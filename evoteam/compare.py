@@ -75,7 +75,6 @@ class RunRow:
 @dataclass
 class Cell:
     runs: int = 0
-    geomean: float | None = None
     wins: float | None = None
     workloads: float | None = None
     tokens: float | None = None
@@ -83,6 +82,10 @@ class Cell:
     median: float | None = None
     mean: float | None = None
     seeds: dict[str, float] = field(default_factory=dict)  # final geomean per seed (for the paired comparisons)
+
+    @property
+    def geomean(self) -> float | None:
+        return self.interval.value if self.interval is not None else None
 
 
 @dataclass
@@ -175,7 +178,7 @@ def build_table(rows: list[RunRow]) -> list[Row]:
             runs = by_mode.get(mode, [])
             finals = [r.geomean for r in runs if r.geomean is not None]
             interval = geomean_interval(finals)
-            cells[mode] = Cell(runs=len(runs), geomean=interval.value, interval=interval,
+            cells[mode] = Cell(runs=len(runs), interval=interval,
                                median=statistics.median(finals) if finals else None, mean=_mean(finals),
                                wins=_mean([r.wins for r in runs]), workloads=_mean([r.workloads for r in runs]),
                                tokens=_mean([r.tokens for r in runs]), seeds=_by_seed(runs))
@@ -216,7 +219,7 @@ PAIR_HEADER = ["budget", "hardware", "task", "a", "b", "b/a [95% CI]", "p", "ver
 
 
 def _interval(c: Cell) -> str:
-    return c.interval.text() if c.interval is not None else _num(c.geomean, ".3f", "x")
+    return c.interval.text() if c.interval is not None else "-"
 
 
 def _verdict(p: Paired | None) -> str:

@@ -5,8 +5,8 @@ Speedups are ratios: they are compared on a log scale (a geometric mean is the e
 that 2x faster and 2x slower are equally far from 1.0x.
 
 - `geomean_interval`: a geometric mean with its 95% bootstrap interval (BCa where it is defined, else percentile).
-- `median_interval` (evoteam.harness.timing): the order-statistic interval of a median (per workload, from the
-  timing rounds).
+- (per workload, in the judge: evoteam.harness.timing.median_interval, the order-statistic interval of the median
+  of the timing rounds' ratios)
 - `fast_p`: the share of workloads correct and faster than p times the baseline (KernelBench's fast_p).
 - `paired_difference`: two configurations run on the same seeds: the geometric mean of their per-seed ratios, its
   bootstrap interval and a permutation test's p-value, and a verdict that says "within noise" unless the interval
@@ -79,17 +79,6 @@ def _bootstrap_mean(logs: numpy.ndarray, seed: int, confidence: float) -> tuple[
         if math.isfinite(low) and math.isfinite(high):
             return low, high, f"bootstrap {method}"
     return float(logs.min()), float(logs.max()), "range"
-
-
-def median_estimate(values: Iterable[float | None]) -> Estimate:
-    """The median with its distribution-free 95% interval (the order statistics around it)."""
-    from evoteam.harness.timing import median, median_interval
-
-    xs = _positive(values)
-    if not xs:
-        return Estimate(None, None, None, 0)
-    low, high = median_interval(xs)
-    return Estimate(median(xs), low, high, len(xs), "order statistics")
 
 
 def fast_p(speedups: Sequence[float | None], p: float) -> float | None:

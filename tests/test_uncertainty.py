@@ -3,7 +3,7 @@
 import numpy
 import pytest
 
-from evoteam.uncertainty import fast_p, geomean_interval, median_estimate, paired_difference
+from evoteam.uncertainty import fast_p, geomean_interval, paired_difference
 
 
 def test_the_geomean_interval_covers_the_true_geomean_about_95_percent_of_the_time():
@@ -51,11 +51,6 @@ def test_fast_p_counts_correct_workloads_faster_than_p_times_the_baseline():
     assert fast_p(speedups, 1.1) == pytest.approx(2 / 5)
     assert fast_p(speedups, 1.25) == pytest.approx(1 / 5)
     assert fast_p([], 1.0) is None
-
-
-def test_the_median_interval_of_a_workloads_rounds():
-    est = median_estimate([1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.0, 1.01, 0.99, 1.0])
-    assert est.value == pytest.approx(1.0) and est.low <= 1.0 <= est.high and est.n == 10
 
 
 def test_the_compare_table_pairs_runs_by_seed_and_gives_every_cell_its_interval():

@@ -80,7 +80,7 @@ def flush_bytes(cache_root: Path | None = None) -> tuple[int, str]:
 
     cache_root = cache_root or Path(tempfile.gettempdir()) / "evoteam-machine"
     llc = last_level_cache_bytes()
-    key = f"{platform.processor() or platform.machine()}|{_cpu_model()}|llc={llc}"
+    key = f"{platform.processor() or platform.machine()}|{cpu_model() or '?'}|llc={llc}"
     cache_root.mkdir(parents=True, exist_ok=True)
     path = cache_root / "cpu_flush.json"
     with open(cache_root / "cpu_flush.lock", "a") as lock:  # one measurement at a time: fills disturb each other
@@ -99,11 +99,12 @@ def flush_bytes(cache_root: Path | None = None) -> tuple[int, str]:
         return chosen, "measured now"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux /proc/cpuinfo), else None."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "?"
+    return None

@@ -63,7 +63,8 @@ def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
     write()
     t2 = time.perf_counter()
     flusher.fill(batch & 0xFF)  # the caches hold nothing of either side when a call starts
-    inputs_s, flush_s = time.perf_counter() - t1, time.perf_counter() - t2
+    t3 = time.perf_counter()
+    inputs_s, flush_s = t3 - t1, t3 - t2
     before = handle.process.cpu_usec()
     handle.thaw()  # after the count is read: all it does from here on counts
     t0 = time.perf_counter()

@@ -326,8 +326,8 @@ class Judge:
 
     def _start_runners(self) -> None:
         """Both runners at once, before the first workload: their starts (imports, a GPU context, the baseline
-        library) overlap. A failure here is left to the workload that
-        needs the runner, which starts it again and records what happens."""
+        library) overlap. A failure here is left to the workload that needs the runner, which starts it again and
+        records what happens."""
         self._init_device()  # first: a runner's flag page is registered with the judge's GPU context
         cand = self._spawn("candidate")
         base = self._spawn("baseline") if self.request.baseline != "none" else None
@@ -961,15 +961,9 @@ def _device_name(device: str) -> str:
     """The device as flashinfer-bench's traces name it: the GPU's name, else the CPU's model name."""
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     import platform
 
-    return platform.processor() or platform.machine() or "CPU"
+    return cache_flush.cpu_model() or platform.processor() or platform.machine() or "CPU"
 
 
 def _parses(source: str) -> bool:

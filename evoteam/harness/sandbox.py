@@ -316,9 +316,7 @@ def reap_orphans() -> int:
             judge = int(name.split("-")[1])
             os.kill(judge, 0)
             continue  # its judge is alive: its runner is its to end
-        except (ValueError, IndexError):
-            continue
-        except PermissionError:
+        except (ValueError, IndexError, PermissionError):  # not a runner's name, or another user's live judge
             continue
         except ProcessLookupError:
             pass
