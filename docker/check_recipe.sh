@@ -89,12 +89,22 @@ from evoteam.task import load_task
 hw = hardware.resolve("auto")
 print(f"  target {hw.name}; data from {resources.data_root()}")
 assert "_data" in str(resources.data_root()), "data folders must come from the installed package"
-for task in ("mla_decode", "kda_prefill"):
-    for name, state in baselines.availability(load_task(task), hw).items():
+def availability(task):
+    """'available' or 'unavailable: <reason>' for every adapter (one that needs options says which)."""
+    out = {}
+    for name, cls in baselines.ADAPTERS.items():
+        try:
+            reason = cls().unavailable_reason(task, hw)
+        except baselines.BaselineUnavailable as exc:  # solution: needs path=FILE
+            reason = str(exc)
+        out[name] = "available" if reason is None else f"unavailable: {reason}"
+    return out
+status = {task: availability(load_task(task)) for task in ("mla_decode", "kda_prefill")}
+for task, states in status.items():
+    for name, state in states.items():
         print(f"  {task:12s} {name:10s} {state}")
-avail = baselines.availability(load_task("mla_decode"), hw)["flashinfer"]
-assert avail == "available", avail
-assert baselines.availability(load_task("kda_prefill"), hw)["fla"] == "available"
+assert status["mla_decode"]["flashinfer"] == "available", status["mla_decode"]["flashinfer"]
+assert status["kda_prefill"]["fla"] == "available", status["kda_prefill"]["fla"]
 EOF
 
 step "4. one evaluation by the harness with the container's environment (executor=docker)"
@@ -111,7 +121,7 @@ env = {k: v.replace(container.CACHE_DIR, str(work / "cache")) for k, v in contai
 env["HOME"] = str(work / "home")
 (work / "home").mkdir(exist_ok=True)
 task = load_task("mla_decode")
-request = EvalRequest(task="mla_decode", hardware=hardware.resolve("auto").name, solution=str(task.seed_kernel_path),
+request = EvalRequest(task="mla_decode", hardware=hardware.resolve("auto").name, solution=str(task.folder / "seed_triton.py"),
                       workloads=[task.workloads[0].uuid], baseline="flashinfer", warmup=3, reps=10)
 start = time.monotonic()
 (r,) = evaluate(request, timeout_s=300, executor=LocalExecutor(extra_env=env)).results
