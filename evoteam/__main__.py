@@ -57,6 +57,44 @@ def _fixed_sweep_dir(argv: list[str]) -> list[str]:
     return [*argv[:at], sweep, *argv[at:]]  # among the overrides (Hydra reads them as one positional run)
 
 
+def _resume_in_place(argv: list[str]) -> list[str]:
+    """`resume=<dir>` (one run): Hydra's folder is the resumed run's own, so that no new runs/<now>/ is made, and
+    Hydra writes no .hydra/ there (the run's own records how it started; its log, __main__.log, goes on). A
+    multirun's job folders are removed by the job (mainjob.remove_unstarted_run_dir)."""
+    if {"-m", "--multirun"} & set(argv) or _given(argv, "hydra.run.dir") is not None:
+        return argv
+    at = next((i for i, a in reversed(list(enumerate(argv))) if not a.startswith("-") and "=" in a
+               and a.split("=", 1)[0].lstrip("+") == "resume"), None)
+    if at is None or argv[at].split("=", 1)[1] in ("", "null", "''", '""'):
+        return argv
+    here = [f"hydra.run.dir={argv[at].split('=', 1)[1]}"]  # the value as written: it parsed as resume's
+    if _given(argv, "hydra.output_subdir") is None:
+        here.append("hydra.output_subdir=null")
+    return [*argv[:at + 1], *here, *argv[at + 1:]]
+
+
+def _given(argv: list[str], key: str) -> str | None:
+    """The value the command line gives `key` (its last), as written."""
+    values = [a.split("=", 1)[1] for a in argv if not a.startswith("-") and a.split("=", 1)[0].lstrip("+") == key]
+    return values[-1] if values else None
+
+
+# Hydra's flags that print something and run no job (which makes no folder).
+PRINT_ONLY = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc")
+
+
+def _check_folders(argv: list[str]) -> None:
+    """The folder Hydra creates before the job(s) can be created and written: else one line, not Hydra's
+    traceback. A single run's `run_dir` (or `resume=`'s folder) is preflight's to check; here the
+    hydra.* folders, where their value is a plain path."""
+    if any(a.split("=", 1)[0] in PRINT_ONLY for a in argv):
+        return
+    key = "hydra.sweep.dir" if {"-m", "--multirun"} & set(argv) else "hydra.run.dir"
+    value = _given(argv, key)
+    if value and not any(c in value for c in "$'\"\\,[]{}()"):
+        cli_errors.check_writable(value, key)
+
+
 def _repeats(argv: list[str]) -> list[str]:
     """`repeat=N`: every configuration of a multirun N times, with seeds 1..N (the sweep dimension
     `seed=range(1,N+1)`, which works with every Hydra launcher); recorded per run as its seed."""
@@ -82,12 +120,15 @@ def _repeats(argv: list[str]) -> list[str]:
 
 def main() -> None:
     try:
-        sys.argv = [sys.argv[0], *_repeats(sys.argv[1:])]
-        cli_errors.preflight(_overrides(sys.argv[1:]))
+        argv = _repeats(sys.argv[1:])
+        one_job = not {"-m", "--multirun"} & set(argv) and not any(a.split("=", 1)[0] in PRINT_ONLY for a in argv)
+        cli_errors.preflight(_overrides(argv), run_dir=one_job and _given(argv, "hydra.run.dir") is None)
+        argv = _fixed_sweep_dir(argv)
+        _check_folders(argv)
     except cli_errors.ConfigInputError as exc:
         print(f"evoteam: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    sys.argv = [sys.argv[0], *_fixed_sweep_dir(sys.argv[1:])]
+    sys.argv = [sys.argv[0], *_resume_in_place(argv)]
     _job()
 
 

@@ -2,14 +2,19 @@
 
 `preflight(overrides)` composes the configuration the way Hydra will, before Hydra runs the job,
 and raises ConfigInputError with such a line; `validate(cfg)` checks what the schema's types
-cannot (names of spec sheets and task folders, keys added with '+').
+cannot (names of spec sheets and task folders, keys added with '+'). `resources.python_command` writes a
+command the run prints so that it runs as printed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import tempfile
+import typing
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
@@ -39,9 +44,15 @@ def _schema_at(path: list[str]) -> type | None:
 
 
 def _resolve_type(cls: type, name: str) -> Any:
-    import typing
-
     return typing.get_type_hints(cls)[name]
+
+
+# What the items of a list-valued key are, for its one-line error.
+LIST_ITEMS = {"task.workloads": "uuid prefixes"}
+
+# The model the packaged llm=litellm option names (conf/llm/litellm.yaml) is nobody's choice: a run must name one.
+NEEDS_MODEL = ("llm=litellm needs a model: add llm.model=<provider/model>, e.g. "
+               "llm.model=anthropic/claude-sonnet-4-5")
 
 
 def _allowed_keys(full_key: str) -> str:
@@ -71,6 +82,18 @@ def _allowed_values(full_key: str) -> str:
     return names.get(base, str(hint))
 
 
+def _is_list(full_key: str) -> bool:
+    parts = full_key.split(".")
+    schema = _schema_at(parts[:-1])
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return False
+    try:
+        hint = _resolve_type(schema, parts[-1])
+    except KeyError:
+        return False
+    return typing.get_origin(hint) is list or any(typing.get_origin(t) is list for t in typing.get_args(hint))
+
+
 def group_options(group: str) -> list[str]:
     from hydra.core.config_store import ConfigStore
 
@@ -95,6 +118,8 @@ def explain(exc: BaseException) -> str:
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", "?")
         value = getattr(cause, "value", "?")
+        if _is_list(key):  # a bare value where a list belongs
+            return f"{key}={value!s}: give a list of {LIST_ITEMS.get(key, 'values')}, e.g. {key}=[{value!s}]"
         return f"{key}={value!s} is not valid; expected {_allowed_values(key)}"
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         key = getattr(cause, "full_key", None) or "?"
@@ -131,6 +156,8 @@ def validate(cfg: DictConfig) -> None:
     if extra:
         key = extra[0]
         raise ConfigInputError(f"unknown key '{key}'; allowed keys here: {_allowed_keys(key)}")
+    if cfg.llm.provider == config.LLMProvider.litellm and not cfg.llm.model:
+        raise ConfigInputError(NEEDS_MODEL)
     hw = cfg.hardware.name
     if hw != "auto" and hw not in hardware.available():
         raise ConfigInputError(f"hardware.name={hw} is not a known target; allowed: auto, "
@@ -170,8 +197,10 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
-def preflight(overrides: list[str]) -> None:
-    """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one."""
+def preflight(overrides: list[str], run_dir: bool = False) -> None:
+    """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one.
+    run_dir: the command runs one job in the folder `run_dir` names (Hydra creates it before the job), so
+    check that it can be created and written."""
     try:
         variants = _expand(overrides)
     except OverrideParseException as exc:
@@ -183,3 +212,62 @@ def preflight(overrides: list[str]) -> None:
         except Exception as exc:  # noqa: BLE001 - every composition failure becomes one line
             raise ConfigInputError(explain(exc)) from None
         validate(cfg)
+        given = dict(o.split("=", 1) for o in variant if "=" in o)
+        given = {key.lstrip("+~"): value for key, value in given.items()}
+        if cfg.resume:
+            check_resumable(str(cfg.resume))  # the run's own folder, which a resumed run writes to
+        elif cfg.llm.provider == config.LLMProvider.litellm and given.get("llm") == "litellm" \
+                and "llm.model" not in given:
+            raise ConfigInputError(NEEDS_MODEL)
+        elif run_dir:
+            check_writable(str(cfg.run_dir), "run_dir")
+
+
+def check_resumable(folder: str) -> None:
+    """`resume=<folder>` names an earlier run's folder, and the resumed run can write there."""
+    if not (Path(folder) / "config.yaml").is_file():
+        raise ConfigInputError(f"resume={folder} is not an evoteam run directory (no config.yaml); give the folder "
+                               f"of an earlier run")
+    check_writable(folder, "resume")
+
+
+def check_writable(folder: str, key: str) -> None:
+    """The folder `key` names can be created (with its parents) and written; else one line. Found by trying:
+    what the probe creates it removes again."""
+    why = _unwritable(Path(os.path.abspath(folder)))
+    if why:
+        raise ConfigInputError(f"{key}={folder}: {why}; give a writable folder ({key}=<path>)")
+
+
+def _unwritable(folder: Path) -> str | None:
+    missing = []
+    existing = folder
+    while not existing.exists() and not existing.is_symlink():
+        missing.append(existing)
+        existing = existing.parent
+    if not existing.is_dir():
+        return (f"cannot create {folder}: {existing} is a file, not a folder" if missing
+                else f"cannot write {folder}: it is a file, not a folder")
+    made: list[Path] = []
+    try:
+        for path in reversed(missing):
+            try:
+                path.mkdir()
+            except OSError as exc:
+                return f"cannot create {path} ({exc.strerror or type(exc).__name__})"
+            made.append(path)
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".evoteam-write-probe-")
+        except OSError as exc:
+            return f"cannot write {folder} ({exc.strerror or type(exc).__name__})"
+        os.close(fd)
+        os.unlink(probe)
+    finally:
+        for path in reversed(made):
+            try:
+                path.rmdir()
+            except OSError:  # someone else's file in it by now: theirs to keep
+                pass
+    return None
+
+

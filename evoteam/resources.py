@@ -8,6 +8,8 @@ import packages). An editable install reads them there; a wheel carries copies u
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -43,3 +45,9 @@ def cache_root() -> Path:
     """The folder of evoteam's caches kept between runs (baseline timings, shared measurements, container
     caches): $EVOTEAM_CACHE_DIR, else ~/.cache/evoteam."""
     return Path(os.environ.get("EVOTEAM_CACHE_DIR") or Path.home() / ".cache" / "evoteam")
+
+
+def python_command(*args: str) -> str:
+    """`python ARGS` as a shell command that runs as printed: this interpreter's own path (a virtual
+    environment's, which need not be active where the command is pasted), every part quoted for the shell."""
+    return " ".join(shlex.quote(str(a)) for a in (sys.executable, *args))

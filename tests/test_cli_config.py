@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from evoteam import cli_errors, config
+from evoteam import cli_errors, config, resources
 
 
 def test_help_lists_groups_and_options(evoteam_cli, tmp_path):
@@ -12,7 +12,7 @@ def test_help_lists_groups_and_options(evoteam_cli, tmp_path):
     for line in ("hardware: auto, b200, cpu, h100, h200, mi350x", "task: kda_prefill, mla_decode",
                  "budget: equal, extra", "team: claude_code, codex, evolving, fixed4, single", "llm: litellm, offline",
                  "agent: claude_code, codex, command, llm",
-                 "executor: docker, local", "tracking: mlflow, none"):
+                 "executor: auto, docker, local, ray", "tracking: mlflow, none"):
         assert line in result.stdout
 
 
@@ -110,3 +110,187 @@ def test_repeat_is_a_sweep_over_seeds_in_the_place_of_the_override():
         ["-m", "team=single,evolving", "seed=range(1,4)", "hardware=cpu"]
     assert _repeats(["-m", "repeat=1", "team=single"]) == ["-m", "team=single"]
     assert _repeats(["team=single"]) == ["team=single"]
+
+
+# --- Newcomer defects: resume's stray folder, an unwritable run_dir, a bare workload, litellm without a model,
+# --- a --help that explained no key, printed commands that ran only inside the venv.
+
+def _finished_run(folder, evoteam_cli):
+    """A finished run's folder as `resume=` reads it (its configuration, a finished state, an empty final
+    table), with Hydra's record of how it started."""
+    (folder / "final").mkdir(parents=True)
+    (folder / ".hydra").mkdir()
+    composed = evoteam_cli("--cfg", "job", "hardware=cpu", "tracking=none", cwd=folder)
+    assert composed.returncode == 0, composed.stderr
+    (folder / "config.yaml").write_text(composed.stdout)
+    (folder / "state.json").write_text('{"finished": true}')
+    (folder / "final" / "results.json").write_text("[]")
+    (folder / ".hydra" / "overrides.yaml").write_text("- how it started\n")
+    return folder
+
+
+def _tree(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_resume_makes_no_new_folder_and_keeps_the_runs_record(evoteam_cli, tmp_path):
+    """resume= used to leave an empty runs/<now>/ (Hydra's folder) behind on every call."""
+    run = _finished_run(tmp_path / "old", evoteam_cli)
+    before = _tree(tmp_path)
+    result = evoteam_cli("resume=old", "tracking=none", cwd=tmp_path)  # relative, as a user types it
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "old finished earlier" in result.stdout
+    # Hydra's folder was the run's own: nothing new beside it, its .hydra/ record as it was (Hydra's log goes on)
+    assert _tree(tmp_path) == sorted({*before, "old/__main__.log"}), _tree(tmp_path)
+    assert (run / ".hydra" / "overrides.yaml").read_text() == "- how it started\n"
+    # refused inside the job (after Hydra's folder is made): no folder either
+    result = evoteam_cli(f"resume={run}", "task=kda_prefill", cwd=tmp_path)
+    assert result.returncode == 2 and "differs from the run's" in result.stderr, result.stderr
+    assert _tree(tmp_path) == sorted({*before, "old/__main__.log"}), _tree(tmp_path)
+    # a multirun of resumes: its jobs' folders go (the sweep keeps its multirun.yaml)
+    result = evoteam_cli("-m", f"resume={run},{_finished_run(tmp_path / 'two', evoteam_cli)}", "tracking=none",
+                         f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("finished earlier") == 2
+    assert _tree(tmp_path / "sweep") == ["multirun.yaml"] and not (tmp_path / "runs").exists()
+
+
+def test_resume_of_a_folder_that_is_no_run_is_refused_before_anything_is_made(evoteam_cli, tmp_path):
+    result = evoteam_cli("resume=nowhere/run", "tracking=none", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "resume=nowhere/run is not an evoteam run directory (no config.yaml)" in result.stderr
+    assert not list(tmp_path.iterdir()), _tree(tmp_path)
+
+
+@pytest.mark.parametrize("where, words", [
+    ("/proc/nope", "cannot create /proc/nope"),
+    ("afile/run", "afile is a file, not a folder"),
+    ("afile", "is a file, not a folder"),
+    ("readonly/run", "cannot create"),
+])
+def test_an_unwritable_run_dir_is_one_line_exit_2(evoteam_cli, tmp_path, where, words):
+    """It was Hydra's traceback and exit code 1."""
+    import os
+
+    if where.startswith("readonly") and os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    (tmp_path / "afile").write_text("data\n")
+    (tmp_path / "readonly").mkdir(mode=0o555)
+    result = evoteam_cli("hardware=cpu", "tracking=none", f"run_dir={where}", cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout[-2000:], result.stderr[-2000:])
+    line = result.stderr.strip()
+    assert line.count("\n") == 0 and "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert line.startswith(f"evoteam: error: run_dir={where}: ") and words in line, line
+    assert line.endswith("; give a writable folder (run_dir=<path>)"), line
+    assert _tree(tmp_path) == ["afile", "readonly"] and (tmp_path / "afile").read_text() == "data\n"
+
+
+def test_a_writable_run_dir_is_not_left_behind_by_the_check_and_printing_needs_none(evoteam_cli, tmp_path):
+    result = evoteam_cli("--cfg", "job", "run_dir=/proc/nope", cwd=tmp_path)  # prints only: Hydra makes no folder
+    assert result.returncode == 0 and "run_dir: /proc/nope" in result.stdout, result.stderr
+    cli_errors.check_writable(str(tmp_path / "a" / "b"), "run_dir")  # the probe removes what it made
+    assert not list(tmp_path.iterdir())
+    result = evoteam_cli("-m", "team=single,fixed4", "hydra.sweep.dir=/proc/sweep", cwd=tmp_path)
+    assert result.returncode == 2 and "hydra.sweep.dir=/proc/sweep: cannot create /proc/sweep" in result.stderr
+
+
+def test_a_bare_workload_says_to_give_a_list(evoteam_cli, tmp_path):
+    """It said 'task.workloads=00cb2bc2x is not valid; expected a string'."""
+    result = evoteam_cli("hardware=cpu", "tracking=none", "task.workloads=00cb2bc2x", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert result.stderr.strip() == ("evoteam: error: task.workloads=00cb2bc2x: give a list of uuid prefixes, "
+                                     "e.g. task.workloads=[00cb2bc2x]")
+    assert not list(tmp_path.iterdir())
+    # in a list, the prefix that matches nothing is named, beside one that does
+    result = evoteam_cli("hardware=cpu", "tracking=none", "task.workloads=[00cb2bc2,zzzz]", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "task.workloads entry 'zzzz' matches no workload" in result.stderr and "(available: " in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+NEEDS_MODEL = ("evoteam: error: llm=litellm needs a model: add llm.model=<provider/model>, e.g. "
+               "llm.model=anthropic/claude-sonnet-4-5")
+
+
+@pytest.mark.parametrize("args", [
+    ("llm=litellm",),  # it silently used openai/gpt-4o-mini
+    ("llm=litellm", "llm.model="),
+    ("llm.provider=litellm",),
+    ("-m", "llm=offline,litellm"),
+])
+def test_litellm_without_a_model_is_refused(evoteam_cli, tmp_path, args):
+    result = evoteam_cli("hardware=cpu", "tracking=none", *args, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout[-2000:], result.stderr[-2000:])
+    assert result.stderr.strip() == NEEDS_MODEL
+    assert not list(tmp_path.iterdir())
+
+
+def test_litellm_with_a_model_composes(evoteam_cli, tmp_path):
+    result = evoteam_cli("--cfg", "job", "llm=litellm", "llm.model=anthropic/claude-sonnet-4-5", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    llm = yaml.safe_load(result.stdout)["llm"]
+    assert llm["provider"] == "litellm" and llm["model"] == "anthropic/claude-sonnet-4-5"
+
+
+def test_help_explains_the_main_keys(evoteam_cli, tmp_path):
+    result = evoteam_cli("--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    keys = {line.split()[0].split("=")[0] for line in result.stdout.splitlines() if line.startswith("  ") and
+            "=" in line.split()[0]}
+    assert {"hardware", "task", "task.workloads", "task.scale", "budget", "budget.max_evaluations", "team", "llm",
+            "llm.model", "agent", "executor", "tracking", "timing_mode", "seed", "run_dir", "resume", "remeasure",
+            "repeat"} <= keys, keys
+    assert "remeasure=true" in result.stdout and "measure its final kernels again" in result.stdout
+    assert "CPUs always time with cputime" in result.stdout
+    assert "timing_mode: graph" not in result.stdout  # the composed GPU default, shown as if every machine's
+    assert not list(tmp_path.iterdir())
+
+
+def test_printed_commands_run_outside_the_venv(tmp_path, capsys):
+    """The resume and MLflow UI hints said `python -m ...` / `mlflow ui`, which fail where the venv is not active."""
+    import shlex
+    import sys
+
+    from evoteam.team.runner import stop_cleanly
+    from evoteam.tracking.store import ui_hint
+
+    run_dir = tmp_path / "runs" / "a run"  # a space: quoted for the shell
+    command = resources.python_command("-m", "evoteam", f"resume={run_dir}")
+    assert shlex.split(command) == [sys.executable, "-m", "evoteam", f"resume={run_dir}"]
+    stop_cleanly(run_dir)
+    printed = capsys.readouterr().err
+    assert f"Continue with: {command}" in printed and command.startswith(shlex.quote(sys.executable))
+    hint = ui_hint("sqlite:////data/evoteam mlflow.db", "1", "abc")
+    shown, page = hint.split(", then ")
+    assert shlex.split(shown) == [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
+                                  "sqlite:////data/evoteam mlflow.db", "--port", "5000"]
+    assert page.startswith("http://127.0.0.1:5000/#/experiments/1/runs/abc")
+
+
+def test_an_llm_failure_says_how_to_resume_with_this_interpreter(tmp_path):
+    import sys
+
+    from evoteam import mainjob
+    from evoteam.errors import UserError
+    from evoteam.llm import LLMError
+
+    class TeamRun:
+        def run(self):
+            raise LLMError("the provider is down")
+
+        def checkpoint(self):
+            pass
+
+    class Tracker:
+        def sync(self, team_run):
+            pass
+
+        def stop(self, status):
+            self.status = status
+
+    tracker = Tracker()
+    with pytest.raises(UserError) as caught:
+        mainjob._search(TeamRun(), tracker, tmp_path / "run")
+    assert tracker.status == "FAILED"
+    assert str(caught.value).endswith(f"then {resources.python_command('-m', 'evoteam', f'resume={tmp_path}/run')}")
+    assert sys.executable in str(caught.value)

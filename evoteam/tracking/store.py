@@ -53,7 +53,12 @@ def ui_hint(uri: str, experiment_id: str, run_id: str) -> str:
     page = f"#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{page}"
-    return f"mlflow ui --backend-store-uri {uri} --port 5000, then http://127.0.0.1:5000/{page}"
+    import shlex
+    import sys
+
+    # this interpreter's path: the command runs as printed where the virtual environment is not active
+    return (f"{shlex.quote(sys.executable)} -m mlflow ui --backend-store-uri {shlex.quote(uri)} --port 5000, then "
+            f"http://127.0.0.1:5000/{page}")
 
 
 def check_reachable(uri: str, what: str = "tracking.tracking_uri") -> None:
