@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from evoteam import hardware, report
+from evoteam import report
 from evoteam.errors import UserError, exit_code_of
-from evoteam.harness.model import CPU_ROUNDS, TIMING_MODES, TimingMode
+from evoteam.harness.model import TIMING_MODES, Status
 from evoteam.schema import append_traces
 
 
@@ -56,25 +56,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--traces", type=Path, help="append FlashInfer-Trace lines here")
     p.add_argument("--json", type=Path, help="write the full report here")
     p.add_argument("--label", default=None, help="the candidate's name in the table and traces")
-    p.add_argument("--executor", choices=["local", "docker"], default="local",
-                   help="the judge on this machine (default), or in the target's container through the Docker API")
+    p.add_argument("--executor", choices=["local", "docker", "auto"], default="local",
+                   help="the judge on this machine (default), in the target's container through the Docker API, or "
+                        "auto: the container where an engine has the target's image, else here")
     p.add_argument("--image", help="--executor docker: the image (default: the target's, hardware/<name>.yaml)")
     p.add_argument("--docker-host", help="--executor docker: the engine's address (default: DOCKER_HOST)")
     return p.parse_args(argv)
-
-
-def _options(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise UserError(f"--baseline-option {pair!r} is not KEY=VALUE (e.g. backend=fa3)")
-        key, value = pair.split("=", 1)
-        if key == "path":  # a file named here is found from the baseline's runner too (another folder)
-            if not Path(value).is_file():
-                raise UserError(f"--baseline-option path={value}: no such file; give a kernel file's path")
-            value = str(Path(value).resolve())
-        out[key] = value
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,45 +70,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evoteam.dataset import is_dataset_task
+    from evoteam.config import ExecutorConfig, ExecutorKind
     from evoteam.harness.candidate import solution_label
     from evoteam.harness.executor import evaluate
-    from evoteam.harness.model import EvalRequest
-    from evoteam.task import available_tasks, load_task, select_workloads, shape_label
+    from evoteam.target import Target, baseline_options
     from evoteam.trace_writer import to_trace
 
     solution = Path(args.solution)
     if not solution.is_file():
         raise UserError(f"solution file {solution} does not exist; give the path of a Python file or a solution JSON")
-    if args.task not in available_tasks() and not is_dataset_task(args.task):
-        raise UserError(f"--task {args.task} is not a known task; allowed: {', '.join(available_tasks())}, or "
-                        f"<flashinfer-bench dataset folder>::<definition>")
     if args.trials < 3:
         raise UserError(f"--trials {args.trials} is too few; the checker needs at least 3")
-    hw = hardware.resolve(args.hardware, remote=args.executor == "docker")
-    executor = None  # the judge as a local process
-    if args.executor == "docker":
-        from evoteam.harness.container import ContainerExecutor
-
-        executor = ContainerExecutor(hw, image=args.image, docker_host=args.docker_host)
-    task = load_task(args.task)
-    scale = args.scale or hw.problem_scale
-    workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
-    labels = {w.uuid: shape_label(w) for w in workloads}
-    by_uuid = {w.uuid: w for w in workloads}
+    executor_cfg = ExecutorConfig(kind=ExecutorKind(args.executor), image=args.image, docker_host=args.docker_host)
+    target = Target.resolve(args.task, args.hardware, scale=args.scale, workloads=args.workloads,
+                            timing_mode=args.timing, executor=args.executor, executor_cfg=executor_cfg)
+    task, hw, workloads, labels, by_uuid = target.task, target.hw, target.workloads, target.labels, target.by_uuid
     name = args.label or solution_label(solution)
-    rounds = (EvalRequest.warmup, EvalRequest.reps) if hw.is_gpu else CPU_ROUNDS
-    warmup = args.warmup if args.warmup is not None else rounds[0]
-    reps = args.reps if args.reps is not None else rounds[1]
-    request = EvalRequest(task=task.name, hardware=hw.name, solution=str(solution.resolve()), entry=args.entry,
-                          workloads=list(by_uuid), scale=scale, trials=args.trials, seed=args.seed,
-                          timing_mode=args.timing, second_figure=not args.no_second_figure, baseline=args.baseline,
-                          baseline_options=_options(args.baseline_option), warmup=warmup, reps=reps,
-                          check_only=args.check_only, use_baseline_cache=args.use_baseline_cache,
-                          static_scan=not args.no_static_scan, sandbox=args.sandbox,
-                          workload_timeout_s=args.timeout)
-    print(f"evoteam.bench: {name} on {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}; "
-          f"baseline {args.baseline} {request.baseline_options or ''}; timing {TimingMode.on(args.timing, hw.is_gpu)}; "
+    request = target.request(solution.resolve(), entry=args.entry, trials=args.trials, seed=args.seed,
+                             second_figure=not args.no_second_figure, baseline=args.baseline,
+                             baseline_options=baseline_options(args.baseline_option), warmup=args.warmup,
+                             reps=args.reps, check_only=args.check_only, use_baseline_cache=args.use_baseline_cache,
+                             static_scan=not args.no_static_scan, sandbox=args.sandbox,
+                             workload_timeout_s=args.timeout)
+    print(f"evoteam.bench: {name} on {target.describe()}; baseline {args.baseline} {request.baseline_options or ''}; "
           f"seed {'secret' if args.seed is None else args.seed}", flush=True)
     done = {"n": 0}
 
@@ -134,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             append_traces(args.traces, [to_trace(task.definition.name, by_uuid[result.uuid], name, result, hw.name)])
 
     started = time.monotonic()
-    outcome = evaluate(request, executor=executor, on_result=progress)
+    outcome = evaluate(request, executor=target.executor.evaluator, on_result=progress)
     elapsed = time.monotonic() - started
     print()
     print(report.format_table(outcome.results, labels, name, hw.bandwidth_ceiling_tbs))
@@ -146,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         summary = report.summarize(outcome.results)
         args.json.write_text(json.dumps({"request": request.__dict__, "summary": summary.__dict__,
                                          "elapsed_s": elapsed, **outcome.to_json()}, indent=1))
-    return 0 if all(r.status == "PASSED" for r in outcome.results) else 1
+    return 0 if all(r.status == Status.PASSED for r in outcome.results) else 1
 
 
 if __name__ == "__main__":

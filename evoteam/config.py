@@ -52,6 +52,7 @@ class AgentKind(str, Enum):
 
 
 class ExecutorKind(str, Enum):
+    auto = "auto"  # docker where an engine answers and has the target's image, else local (evoteam.harness.executor_registry)
     local = "local"  # the judge on this machine, the candidate's runner under bubblewrap
     docker = "docker"  # the judge and the runner in the target's container through the Docker API
     ray = "ray"  # each evaluation a Ray task on a node that offers the target (evoteam.harness.ray_executor)
@@ -139,7 +140,7 @@ class RayConfig:
 
 @dataclass
 class ExecutorConfig:
-    kind: ExecutorKind = ExecutorKind.local
+    kind: ExecutorKind = ExecutorKind.auto
     timeout_s: int = 600  # per workload of a candidate evaluation (compilation included)
     sandbox: SandboxMode = SandboxMode.strict
     docker_host: str | None = None  # falls back to DOCKER_HOST

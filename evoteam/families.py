@@ -52,6 +52,14 @@ class Family:
     # inherited a champion explores it last.
     naive: bool = False
 
+    @property
+    def uses_triton(self) -> bool:
+        """Whether the kernel file imports Triton (on a target that interprets Triton, its speed means nothing)."""
+        tree = ast.parse(self.path.read_text())
+        return any(isinstance(node, ast.Import) and any(a.name.split(".")[0] == "triton" for a in node.names)
+                   or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "triton"
+                   for node in ast.walk(tree))
+
     def usable_on(self, hardware_name: str) -> bool:
         return self.verified_on is None or hardware_name in self.verified_on
 
@@ -232,6 +240,16 @@ class Champion:
     def to_json(self) -> dict:
         return {"task": self.task, "family": self.family.name, "hardware": self.hardware, "made_by": self.made_by,
                 "params": self.params, "dispatch": self.dispatch}
+
+    def to_text(self) -> str:
+        """The champion file's JSON, one table entry a line (readable diffs)."""
+        data = self.to_json()
+        head = {k: v for k, v in data.items() if k != "dispatch"}
+        lines = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+        table = ",\n".join("  " + json.dumps(entry) for entry in data["dispatch"])
+        text = "{\n" + "\n".join(lines) + '\n "dispatch": [\n' + table + "\n ]\n}\n"
+        assert json.loads(text) == data
+        return text
 
 
 def load_champion(path: Path) -> Champion:

@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import random
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from evoteam import hardware, report, tracking
+from evoteam import report, tracking
 from evoteam.errors import UserError
-from evoteam.harness.model import TimingMode
 from evoteam.schema import append_traces
+from evoteam.target import Target
 
 # Keys a resumed run may take from the command line: where and how it is tracked and run, never what it measures.
 SAFE_ON_RESUME = ("tracking", "executor.timeout_s", "executor.docker_host", "executor.cache_dir", "executor.ray.address",
@@ -59,20 +58,27 @@ def _resumed(cfg: DictConfig) -> tuple[Path, DictConfig]:
                             f"resumed run keeps what it measures (drop {key}=..., or start a new run without resume=)")
         OmegaConf.update(merged, key, new, merge=False)
     merged.resume = str(run_dir)
+    remove_unstarted_run_dir(merged)  # the run goes on in its own folder: none of Hydra's new ones is left
     return run_dir, merged
 
 
 def remove_unstarted_run_dir(cfg: DictConfig) -> None:
-    """A run that failed before its team started leaves no folder behind (Hydra makes it first)."""
-    if cfg.get("resume"):
-        return
+    """A run that failed before its team started leaves no folder behind (Hydra makes it first), and a resumed
+    run none but its own: a new folder Hydra made for it (a multirun's job folder; a single run's is the resumed
+    one, see evoteam.__main__) goes while it holds only Hydra's files (.hydra/, the job's .log)."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
         run_dir = Path(HydraConfig.get().runtime.output_dir)
     except Exception:  # outside Hydra
         return
-    if not run_dir.is_dir() or (run_dir / "state.json").exists() or (run_dir / "workspace").exists():
+    if not run_dir.is_dir():
+        return
+    if cfg.get("resume"):
+        if run_dir.resolve() == Path(cfg.resume).resolve() or any(
+                p.name != ".hydra" and p.suffix != ".log" for p in run_dir.iterdir()):
+            return
+    elif (run_dir / "state.json").exists() or (run_dir / "workspace").exists():
         return
     import shutil
 
@@ -103,66 +109,37 @@ def _show_finished(run_dir: Path, cfg: DictConfig) -> float | None:
     return report.summarize(results).geomean_speedup
 
 
-@dataclass
-class Target:
-    """What a run measures, resolved before it writes anything: the hardware, the executor, the task and
-    its workloads at the run's scale, the seed, and the configuration with these values recorded."""
+CPU_FIGURES = ("evoteam: on a CPU, a speedup is the baseline's CPU time over the candidate's, single-threaded, on the "
+               "task's scaled-down problems: it shows the platform's flow, not a GPU's performance. Kernels in plain "
+               "PyTorch run natively (real speedups, above and below 1x); Triton kernels run under Triton's "
+               "interpreter, about 0.01x, however good they are on a GPU.")
 
-    cfg: DictConfig
-    hw: hardware.HardwareSpec
-    evaluator: Any  # None: executor=local (the judge here, the candidate under bubblewrap)
-    task: Any
-    workloads: list
 
-    @classmethod
-    def resolve(cls, cfg: DictConfig) -> Target:
-        from evoteam.task import load_task, select_workloads
+def resolve_target(cfg: DictConfig) -> tuple[Target, DictConfig]:
+    """The run's target (evoteam.target: everything that can refuse the run does so here, before the run writes
+    anything) and the configuration with what it resolved to recorded: the hardware, the scale, the timing mode,
+    the seed."""
+    target = Target.resolve(cfg.task.name, cfg.hardware.name, scale=cfg.task.scale, workloads=list(cfg.task.workloads),
+                            timing_mode=cfg.timing_mode, executor=cfg.executor.kind.value, executor_cfg=cfg.executor)
+    seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
+    cfg = OmegaConf.merge(cfg, {"hardware": {"name": target.hw.name}, "task": {"scale": target.scale}, "seed": seed,
+                                "timing_mode": target.timing_mode})
+    return target, cfg
 
-        kind = cfg.executor.kind.value
-        if kind == "ray" and cfg.hardware.name == "auto":
-            raise UserError("executor=ray: name the target the cluster's nodes offer (hardware=h200, say); "
-                            "hardware=auto detects this machine's device, not theirs")
-        hw = hardware.resolve(cfg.hardware.name, remote=kind in ("docker", "ray"))
-        evaluator = None
-        if kind == "docker":
-            from evoteam.harness.container import ContainerExecutor
 
-            evaluator = ContainerExecutor.from_config(cfg.executor, hw)  # the engine and the image, or one line
-        elif kind == "ray":
-            from evoteam.harness.ray_executor import RayExecutor
+def search_space(target: Target):
+    """The task's kernel families usable on this target (the others are named and left out)."""
+    from evoteam.families import load_families
+    from evoteam.team.offline import SearchSpace
 
-            evaluator = RayExecutor.from_config(cfg.executor, hw)
-            evaluator.connect()  # the cluster and a node of the target, or one line, before anything is written
-        elif hw.is_gpu:
-            from evoteam.harness.executor import DevicePool, LocalExecutor
-
-            pool = DevicePool.visible(True)
-            if pool and len(pool.ids) > 1:  # a parallel team's evaluations spread over every local GPU
-                evaluator = LocalExecutor(pool=pool)
-        task = load_task(cfg.task.name)
-        scale = cfg.task.scale or hw.problem_scale
-        workloads = select_workloads(task.scaled_workloads(scale), list(cfg.task.workloads))
-        seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**31)
-        # The configuration as it resolved (the target, the scale, the timing mode, the seed) is what is recorded.
-        cfg = OmegaConf.merge(cfg, {"hardware": {"name": hw.name}, "task": {"scale": scale}, "seed": seed,
-                                    "timing_mode": TimingMode.on(cfg.timing_mode, hw.is_gpu)})
-        return cls(cfg, hw, evaluator, task, workloads)
-
-    @property
-    def groups(self) -> list[str]:
-        return sorted({self.task.workload_group(w) for w in self.workloads})
-
-    def search_space(self):
-        """The task's kernel families usable on this target (the others are named and left out)."""
-        from evoteam.families import load_families
-        from evoteam.team.offline import SearchSpace
-
-        families = load_families(self.task)
-        for f in families:
-            if not f.usable_on(self.hw.name):
-                print(f"evoteam: family {f.name} left out: verified on {', '.join(f.verified_on)} only, not "
-                      f"{self.hw.name} (kernels/{self.task.name}/families.json)", flush=True)
-        return SearchSpace([f for f in families if f.usable_on(self.hw.name)])
+    families = load_families(target.task)
+    for f in families:
+        if not f.usable_on(target.hw.name):
+            print(f"evoteam: family {f.name} left out: verified on {', '.join(f.verified_on)} only, not "
+                  f"{target.hw.name} (kernels/{target.task.name}/families.json)", flush=True)
+    usable = [f for f in families if f.usable_on(target.hw.name)]
+    interpreted = {f.name for f in usable if f.uses_triton and target.hw.interprets_triton}
+    return SearchSpace(usable, frozenset(interpreted))
 
 
 def _check_cli_agents(cfg: DictConfig) -> None:
@@ -200,8 +177,10 @@ def run(cfg: DictConfig) -> float | None:
         run_dir, cfg = _resumed(cfg)
         if _finished_earlier(run_dir) and not cfg.remeasure and (run_dir / "final" / "results.json").is_file():
             return _show_finished(run_dir, cfg)
-    target = Target.resolve(cfg)  # everything that can refuse the run does so before the run writes anything
-    cfg = target.cfg
+    target, cfg = resolve_target(cfg)  # everything that can refuse the run does so before the run writes anything
+    print(f"evoteam: {target.describe()}", flush=True)
+    if not target.hw.is_gpu:
+        print(CPU_FIGURES, flush=True)
     _check_cli_agents(cfg)
     from evoteam.team import inherit
 
@@ -211,9 +190,9 @@ def run(cfg: DictConfig) -> float | None:
         run_dir = _new_run_dir(cfg)
         if inheritance.kind == "run":
             copied = inherit.copy_run(Path(inheritance.source), run_dir / "workspace", [w.uuid for w in target.workloads])
-    settings = HarnessSettings.from_config(cfg, target.hw, target.task, target.workloads)
+    settings = HarnessSettings.from_config(cfg, target)
     ledger = Ledger.from_config(cfg.budget, cfg.llm)
-    brief = task_brief(target.task, target.hw, target.workloads, cfg.task.baseline, settings.timing_mode)
+    brief = task_brief(target, cfg.task.baseline)
     llm = LLMTeam.from_config(cfg.llm, run_dir, ledger, brief, seed=cfg.seed)
     model = llm.model if llm else "offline"
     preset = presets.from_config(cfg.team, model, cfg.agent.kind.value)
@@ -227,23 +206,22 @@ def run(cfg: DictConfig) -> float | None:
         print(f"evoteam: every LLM member starts from the task brief in {run_dir / 'brief.md'} "
               f"({count_tokens(llm.task_brief, model)} tokens)", flush=True)
     tags = {"hardware": target.hw.name, "task": target.task.name, "budget_mode": cfg.budget.mode.value,
-            "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": settings.timing_mode,
-            "seed": str(cfg.seed)}
+            "team_preset": cfg.team.preset.value, "llm": model, "timing_mode": target.timing_mode,
+            "seed": str(cfg.seed), "executor": target.executor.kind, "executor_reason": target.executor.reason}
     if inheritance is not None:
         tags["inherit"] = inheritance.describe()  # every preset of a comparison starts from the same
     tracker = tracking.open_tracker(cfg, run_dir, tags=tags)
     tracker.start(config_file=run_dir / "config.yaml")  # before any LLM call: autologging traces them
-    team_run = TeamRun(run_dir=run_dir, task=target.task, workloads=target.workloads, settings=settings,
-                       ledger=ledger, preset=preset, space=target.search_space(),
+    team_run = TeamRun(run_dir=run_dir, task=target.task, workloads=list(target.workloads), settings=settings,
+                       ledger=ledger, preset=preset, space=search_space(target),
                        supervisor=Supervisor.from_config(cfg.team, target.groups, model,
                                                          llm.redesign if llm else None),
                        seed=cfg.seed, llm_agent_factory=llm.agent if llm else None, cli_agent_factory=cli_agents,
                        on_turn=tracker.sync,
-                       evaluator=target.evaluator, bandwidth_ceiling_tbs=target.hw.bandwidth_ceiling_tbs,
+                       evaluator=target.executor.evaluator, bandwidth_ceiling_tbs=target.hw.bandwidth_ceiling_tbs,
                        shared=SharedMeasurements(max_age_hours=cfg.workspace.share_hours))
     agents = sorted({r.agent for r in preset.roles} - {"llm"})
-    print(f"evoteam: task {target.task.name} ({len(target.workloads)} workloads, scale {cfg.task.scale}) on "
-          f"{target.hw.name}; team {cfg.team.preset.value}; llm {model}{'; agents ' + ', '.join(agents) if agents else ''}; budget {cfg.budget.mode.value}: "
+    print(f"evoteam: team {cfg.team.preset.value}; llm {model}{'; agents ' + ', '.join(agents) if agents else ''}; budget {cfg.budget.mode.value}: "
           f"{ledger.token_budget} tokens, {ledger.max_evaluations} evaluations; seed {cfg.seed}; run dir {run_dir}",
           flush=True)
     if inheritance is not None:
@@ -273,7 +251,10 @@ def _search(team_run, tracker, run_dir: Path) -> None:
         team_run.checkpoint()
         tracker.sync(team_run)
         tracker.stop("FAILED")
-        raise UserError(f"{exc}; the run is saved: fix the cause, then python -m evoteam resume={run_dir}") from None
+        from evoteam.resources import python_command
+
+        raise UserError(f"{exc}; the run is saved: fix the cause, then "
+                        f"{python_command('-m', 'evoteam', f'resume={run_dir}')}") from None
     except BaseException:
         tracker.stop("FAILED")
         raise
@@ -313,16 +294,14 @@ def _write_solutions(target: Target, final_dir: Path, dispatch: dict[str, str]) 
 def _final(team_run, target: Target, tracker, run_dir: Path) -> float | None:
     """The best verified kernel per workload measured against the baseline side by side: the table,
     the FlashInfer-Trace lines, the tracked final figures."""
-    from evoteam.task import shape_label
     from evoteam.trace_writer import to_trace
 
     ledger = team_run.ledger
     try:
         print("final: the best verified kernel per workload, measured against the baseline side by side (again, "
               "wherever a team measured a kernel)", flush=True)
-        results = team_run.final_measurement(timeout_s=target.cfg.executor.timeout_s)
-        labels = {w.uuid: shape_label(w) for w in target.workloads}
-        by_uuid = {w.uuid: w for w in target.workloads}
+        results = team_run.final_measurement(timeout_s=team_run.settings.timeout_s)
+        labels, by_uuid = target.labels, target.by_uuid
         traces = run_dir / "final" / "traces.jsonl"
         traces.unlink(missing_ok=True)
         dispatch = json.loads((run_dir / "final" / "dispatch.json").read_text())

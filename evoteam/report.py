@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evoteam.harness.model import WorkloadResult, geomean
+from evoteam.harness.model import Status, WorkloadResult, geomean
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ def summarize(results: list[WorkloadResult]) -> Summary:
     noises = [r.noise for r in results if r.noise is not None]
     interval = geomean_interval([r.speedup for r in timed])
     # a speedup counts only where the workload passed (a flagged time is not a win)
-    counted = [r.speedup if r.status == "PASSED" else None for r in results]
-    return Summary(workloads=len(results), passed=sum(r.status == "PASSED" for r in results),
+    counted = [r.speedup if r.status == Status.PASSED else None for r in results]
+    return Summary(workloads=len(results), passed=sum(r.status == Status.PASSED for r in results),
                    wins=sum(r.speedup > 1.0 for r in timed), geomean_speedup=mean,
                    worst_speedup=worst.speedup if worst else None, worst_workload=worst.uuid if worst else None,
                    max_noise=max(noises) if noises else None, geomean_low=interval.low, geomean_high=interval.high,
@@ -86,7 +86,7 @@ def format_table(results: list[WorkloadResult], labels: dict[str, str], candidat
     if any(m.startswith(("cputime", "wallclock (no cgroup")) for m in modes):
         lines.append(CPU_NOTE)
     lines.append(summarize(results).line())
-    failures = [r for r in results if r.status != "PASSED"] if failure_lines else []
+    failures = [r for r in results if r.status != Status.PASSED] if failure_lines else []
     for r in failures[:10]:
         lines.append(f"  {r.uuid[:8]} {r.status}: {r.detail[:200]}")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from evoteam.errors import UserError, exit_code_of
+from evoteam.harness.model import Status
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -30,12 +31,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evoteam import dataset, hardware
+    from evoteam import dataset
     from evoteam.harness.candidate import solution_label
-    from evoteam.harness.executor import evaluate
-    from evoteam.harness.model import EvalRequest
     from evoteam.schema import append_traces
-    from evoteam.task import load_task
+    from evoteam.target import Target
     from evoteam.trace_writer import to_trace
 
     if not (args.dataset / "definitions").is_dir():
@@ -45,21 +44,18 @@ def run(args: argparse.Namespace) -> int:
     unknown = [d for d in wanted if d not in found]
     if unknown:
         raise UserError(f"--definition {unknown[0]}: not in the dataset; it defines: {', '.join(found)}")
-    hw = hardware.resolve(args.hardware)
     passed = 0
     for name in wanted:
-        task = load_task(dataset.task_name(args.dataset, name))
-        by_uuid = {w.uuid: w for w in task.workloads}
+        target = Target.resolve(dataset.task_name(args.dataset, name), args.hardware, scale="full")
+        hw, by_uuid = target.hw, target.by_uuid
         for path in dataset.solutions(args.dataset, name):
             label = solution_label(path)
-            print(f"{name}: {label} ({len(task.workloads)} workloads) on {hw.name}", flush=True)
-            request = EvalRequest(task=task.name, hardware=hw.name, solution=str(path.resolve()), scale="full",
-                                  baseline="reference", **{k: v for k in ("warmup", "reps")
-                                                          if (v := getattr(args, k)) is not None})
-            for r in evaluate(request, timeout_s=args.timeout).results:
+            print(f"{name}: {label} ({len(target.workloads)} workloads) on {hw.name}", flush=True)
+            request = target.request(path.resolve(), baseline="reference", warmup=args.warmup, reps=args.reps)
+            for r in target.executor.evaluator(request, args.timeout).results:
                 speed = f" {r.speedup:.3f}x" if r.speedup else ""
                 print(f"  {r.uuid[:8]}: {r.status}{speed}{'' if r.speedup else ' ' + r.detail[:160]}", flush=True)
-                passed += r.status == "PASSED"
+                passed += r.status == Status.PASSED
                 if args.traces:
                     append_traces(args.traces, [to_trace(name, by_uuid[r.uuid], label, r, hw.name)])
     return 0 if passed else 1

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from evoteam.errors import UserError, exit_code_of
 from evoteam.families import DISPATCH_NAME, Champion, _assignment, apply_params, load_champion, set_literal
-from evoteam.harness.model import CPU_ROUNDS, TIMING_MODES, EvalRequest, TimingMode, geomean
+from evoteam.harness.model import TIMING_MODES, Status, TimingMode, geomean
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -126,48 +126,45 @@ def _outside_space(family, point: dict) -> str:
 
 
 def evaluate_points(args, family, points: list[dict]) -> dict:
-    from evoteam import hardware
-    from evoteam.bench import _options
     from evoteam.harness.executor import evaluate
-    from evoteam.task import load_task, select_workloads, shape_label
+    from evoteam.target import Target, baseline_options
 
-    hw = hardware.resolve(args.hardware)
-    task = load_task(args.task)
-    scale = args.scale or hw.problem_scale
-    workloads = select_workloads(task.scaled_workloads(scale), args.workloads)
-    rounds = (EvalRequest.warmup, EvalRequest.reps) if hw.is_gpu else CPU_ROUNDS
-    warmup = args.warmup if args.warmup is not None else rounds[0]
-    reps = args.reps if args.reps is not None else rounds[1]
+    target = Target.resolve(args.task, args.hardware, scale=args.scale, workloads=args.workloads,
+                            timing_mode=args.timing)
+    task, hw, workloads = target.task, target.hw, target.workloads
     seed = args.seed  # None: a fresh secret per evaluation
-    sweep = {"task": task.name, "family": family.name, "hardware": hw.name, "scale": scale,
-             "baseline": args.baseline, "baseline_options": _options(args.baseline_option),
-             "timing": TimingMode.on(args.timing, hw.is_gpu), "warmup": warmup, "reps": reps, "seed": seed,
-             "bandwidth_ceiling_tbs": hw.bandwidth_ceiling_tbs,
-             "workloads": {w.uuid: {"label": shape_label(w), "axes": dict(w.axes)} for w in workloads},
+
+    def request(path: Path):
+        return target.request(path, trials=args.trials, seed=seed, baseline=args.baseline,
+                              baseline_options=sweep["baseline_options"], warmup=args.warmup, reps=args.reps,
+                              use_baseline_cache=not args.time_baseline, second_figure=False, sandbox=args.sandbox)
+
+    sweep = {"task": task.name, "family": family.name, "hardware": hw.name, "scale": target.scale,
+             "baseline": args.baseline, "baseline_options": baseline_options(args.baseline_option),
+             "timing": target.timing_mode, "seed": seed, "bandwidth_ceiling_tbs": hw.bandwidth_ceiling_tbs,
+             "workloads": {w.uuid: {"label": label, "axes": dict(w.axes)}
+                           for w, label in zip(workloads, target.labels.values())},
              "points": []}
-    print(f"sweep: {family.name} on {task.name} ({len(workloads)} workloads, scale {scale}) on {hw.name}: "
-          f"{len(points)} points; baseline {args.baseline} {sweep['baseline_options'] or ''}; "
-          f"timing {sweep['timing']}; seed {'secret' if seed is None else seed}", flush=True)
+    rounds = request("")
+    sweep["warmup"], sweep["reps"] = rounds.warmup, rounds.reps
+    print(f"sweep: {family.name} on {target.describe()}: {len(points)} points; baseline {args.baseline} "
+          f"{sweep['baseline_options'] or ''}; seed {'secret' if seed is None else seed}", flush=True)
     with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
         for i, point in enumerate(points):
             path = Path(tmp) / f"{family.path.stem}_p{i}.py"
             path.write_text(point_source(family, point))
-            request = EvalRequest(task=task.name, hardware=hw.name, solution=str(path), workloads=[w.uuid for w in workloads],
-                                  scale=scale, trials=args.trials, seed=seed, timing_mode=args.timing,
-                                  baseline=args.baseline, baseline_options=sweep["baseline_options"], warmup=warmup,
-                                  reps=reps, use_baseline_cache=not args.time_baseline, second_figure=False,
-                                  sandbox=args.sandbox)
+            request_i = request(path)
             t0 = time.monotonic()
 
             def progress(result, t0=t0, i=i):  # one line per workload: a slow or hung point shows where
                 print(f"[point {i + 1}/{len(points)}, {time.monotonic() - t0:.0f} s] {result.uuid[:8]}: {result.status}"
                       + (f" {result.speedup:.3f}x" if result.speedup else ""), flush=True)
 
-            outcome = evaluate(request, timeout_s=args.timeout, on_result=progress)
+            outcome = evaluate(request_i, timeout_s=args.timeout, on_result=progress)
             wall = time.monotonic() - t0
             results = {r.uuid: {"status": r.status, "speedup": r.speedup, "candidate_ms": r.candidate_ms,
                                 "baseline_ms": r.baseline_ms, "baseline": r.baseline, "noise": r.noise,
-                                "bandwidth_tbs": r.bandwidth_tbs, "detail": r.detail[:300] if r.status != "PASSED" else ""}
+                                "bandwidth_tbs": r.bandwidth_tbs, "detail": r.detail[:300] if r.status != Status.PASSED else ""}
                        for r in outcome.results}
             entry = {"params": point, "results": results, "wall_s": round(wall, 1)}
             sweep["points"].append(entry)
@@ -181,8 +178,8 @@ def evaluate_points(args, family, points: list[dict]) -> dict:
 
 
 def point_summary(entry: dict, n_workloads: int) -> dict:
-    ok = [r["speedup"] for r in entry["results"].values() if r["status"] == "PASSED" and r["speedup"]]
-    passed = sum(r["status"] == "PASSED" for r in entry["results"].values())
+    ok = [r["speedup"] for r in entry["results"].values() if r["status"] == Status.PASSED and r["speedup"]]
+    passed = sum(r["status"] == Status.PASSED for r in entry["results"].values())
     return {"passed": passed, "timed": len(ok), "geomean": geomean(ok), "worst": min(ok) if ok else None,
             "complete": passed == n_workloads and len(ok) == n_workloads}
 
@@ -198,7 +195,7 @@ def point_line(entry: dict, n_workloads: int, default: dict | None = None) -> st
     def fmt(v):
         return "-" if v is None else f"{v:.3f}x"
 
-    failures = sorted({r["status"] for r in entry["results"].values() if r["status"] != "PASSED"})
+    failures = sorted({r["status"] for r in entry["results"].values() if r["status"] != Status.PASSED})
     return (f"  {s['passed']}/{n_workloads} passed, geomean {fmt(s['geomean'])}, worst {fmt(s['worst'])}, "
             f"{entry.get('wall_s', 0):.0f} s{' ' + ','.join(failures) if failures else ''}: "
             f"{_params_text(entry['params'], default)}")
@@ -251,10 +248,10 @@ def choose(sweep: dict, axes: list[str], smooth: int) -> dict[str, int | None]:
         best, best_score = None, 0.0
         for i, entry in enumerate(sweep["points"]):
             r = entry["results"].get(uuid)
-            if not r or r["status"] != "PASSED" or not r["speedup"]:
+            if not r or r["status"] != Status.PASSED or not r["speedup"]:
                 continue
             around = [entry["results"].get(u) for u in near.get(uuid, [uuid])]
-            around = [x["speedup"] for x in around if x and x["status"] == "PASSED" and x["speedup"]]
+            around = [x["speedup"] for x in around if x and x["status"] == Status.PASSED and x["speedup"]]
             score = geomean(around) or r["speedup"]
             if score > best_score:
                 best, best_score = i, score
@@ -369,24 +366,13 @@ def run(args: argparse.Namespace) -> int:
     champion = Champion(task=args.task, family=family, hardware=sweep["hardware"], params=result["best_single"] or {},
                         dispatch=result["dispatch"], made_by="python -m evoteam.sweep " + " ".join(sys.argv[1:]))
     if args.emit_champion:
-        args.emit_champion.write_text(champion_text(champion))
+        args.emit_champion.write_text(champion.to_text())
         print(f"champion ({len(champion.dispatch)} table entries) written to {args.emit_champion}; "
               f"build it: python -m evoteam.sweep --build {args.emit_champion} --emit-kernel CANDIDATE.py")
     if args.emit_kernel:
         args.emit_kernel.write_text(champion.source())
         print(f"kernel with PARAMS = best single point and DISPATCH written to {args.emit_kernel}")
     return 0
-
-
-def champion_text(champion: Champion) -> str:
-    """A champion file's JSON, one table entry a line (readable diffs)."""
-    data = champion.to_json()
-    head = {k: v for k, v in data.items() if k != "dispatch"}
-    lines = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
-    table = ",\n".join("  " + json.dumps(entry) for entry in data["dispatch"])
-    text = "{\n" + "\n".join(lines) + '\n "dispatch": [\n' + table + "\n ]\n}\n"
-    assert json.loads(text) == data
-    return text
 
 
 if __name__ == "__main__":

@@ -204,9 +204,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_champion(champion, path: Path) -> None:
-    from evoteam.sweep import champion_text
 
-    path.write_text(champion_text(champion))
+    path.write_text(champion.to_text())
     print(f"champion ({len(champion.dispatch)} shapes) written to {path}: {champion.made_by}")
 
 

@@ -53,7 +53,7 @@ def main() -> None:
             statuses = [str(r.status) for r in result.results]
             speedup = geomean(r.speedup for r in result.results)
             rows[name].append({"wall_s": wall, "speedup": speedup, "statuses": statuses,
-                               "queue_s": result.placement.get("queue_s"), "gpu": result.placement.get("gpu")})
+                               "queue_s": result.placement.queue_s, "gpu": result.placement.gpu})
             print(f"{name:5} evaluation {i + 1}: {wall:.2f} s, geomean {speedup or 0:.3f}x, {statuses}", flush=True)
     print(f"\nRay: local instance started and joined in {connect_s:.1f} s (once per run)")
     print("executor  evaluations  median s  mean s  evaluations/hour  geomean speedup (median of evaluations)")

@@ -326,3 +326,19 @@ def test_the_container_gets_the_gpu_the_scheduler_assigned(monkeypatch):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_auto_runs_in_the_container_where_the_engine_has_the_image_and_says_why(engine, tmp_path):
+    from evoteam.config import ExecutorConfig
+    from evoteam.target import Target
+
+    url, image, _ = engine
+    cpu = hardware.load_spec("cpu")
+    found = Target.resolve("mla_decode", "cpu", executor="auto",
+                           executor_cfg=ExecutorConfig(image=image, docker_host=url, cache_dir=str(tmp_path / "c")))
+    assert found.executor.kind == "docker" and isinstance(found.executor.evaluator, ContainerExecutor)
+    assert f"the engine at {url} has the target's image {image}" in found.executor.reason
+    from evoteam.harness.executor_registry import auto_kind
+
+    kind, reason = auto_kind(ExecutorConfig(image="localhost/evoteam/absent:none", docker_host=url), cpu)
+    assert kind == "local" and "has no image localhost/evoteam/absent:none" in reason and "docker build" in reason

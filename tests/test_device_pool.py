@@ -22,7 +22,7 @@ def _request() -> EvalRequest:
 def test_one_evaluation_per_device_and_the_first_device_when_alone():
     executor = LocalExecutor(pool=DevicePool(["0", "1"]))
     alone = executor(_request(), 600)
-    assert alone.results[0].status == Status.PASSED and alone.placement["gpu"] == "0"
+    assert alone.results[0].status == Status.PASSED and alone.placement.gpu == "0"
     placements = []
     threads = [threading.Thread(target=lambda: placements.append(executor(_request(), 600).placement))
                for _ in range(3)]
@@ -32,9 +32,9 @@ def test_one_evaluation_per_device_and_the_first_device_when_alone():
         t.join()
     by_gpu: dict[str, list] = {}
     for p in placements:
-        by_gpu.setdefault(p["gpu"], []).append((p["started"], p["ended"]))
+        by_gpu.setdefault(p.gpu, []).append((p.started, p.ended))
     assert set(by_gpu) == {"0", "1"}  # both devices worked
     for spans in by_gpu.values():
         spans.sort()
         assert all(a[1] <= b[0] + 0.05 for a, b in zip(spans, spans[1:])), spans
-    assert max(p["queue_s"] for p in placements) > 0  # the third waited for a free device, and says so
+    assert max(p.queue_s for p in placements) > 0  # the third waited for a free device, and says so

@@ -31,7 +31,7 @@ LAYERS = (
               "evoteam.task")),
     ("harness", ("evoteam.harness",)),
     ("services", ("evoteam.llm", "evoteam.families", "evoteam.report", "evoteam.uncertainty", "evoteam.trace_writer",
-                  "evoteam.tracking.store", "evoteam.tracking.plots")),
+                  "evoteam.tracking.store", "evoteam.tracking.plots", "evoteam.target")),
     ("team", ("evoteam.team",)),
     ("tracking", ("evoteam.tracking", "evoteam.compare")),
     ("entry points", ("evoteam.config", "evoteam.cli_errors", "evoteam.mainjob", "evoteam.bench",

@@ -66,7 +66,7 @@ def stub_evaluator(calls: list):
 
 
 def make_toolbox(tmp_path, ledger, role, evaluations=None) -> Toolbox:
-    settings = HarnessSettings.for_run("toy", "cpu", "small", all_workloads=WORKLOADS, probe_workloads=WORKLOADS[:1])
+    settings = HarnessSettings.for_run("mla_decode", "cpu", "small", all_workloads=WORKLOADS, probe_workloads=WORKLOADS[:1])
     return Toolbox(Workspace(tmp_path / "workspace"), settings, ledger, TEAM, role,
                    evaluator=stub_evaluator(evaluations if evaluations is not None else []))
 

@@ -118,8 +118,8 @@ def test_cpu_evaluations_go_to_the_node_offering_cpu_with_local_verdicts(cluster
     for a, b in zip(remote.results, local.results):  # same inputs (seed), same errors
         assert a.correctness == b.correctness
     placement = remote.placement
-    assert placement["executor"] == "ray" and placement["node"] != head and placement["gpu"] in ("0", "1")
-    assert placement["ended"] >= placement["started"] >= placement["submitted"] - 1
+    assert placement.executor == "ray" and placement.node != head and placement.gpu in ("0", "1")
+    assert placement.ended >= placement.started >= placement.submitted - 1
     # the harness pins the thread settings whatever Ray put in its worker's environment, and records them
     assert remote.sandbox["threads"] == local.sandbox["threads"] == 1
 
@@ -149,13 +149,13 @@ def test_never_two_evaluations_on_one_gpu(cluster, uuids):
     assert len(placements) == 4
     by_gpu: dict[tuple, list] = {}
     for p in placements:
-        by_gpu.setdefault((p["node"], p["gpu"]), []).append((p["started"], p["ended"]))
+        by_gpu.setdefault((p.node, p.gpu), []).append((p.started, p.ended))
     assert {gpu for _, gpu in by_gpu} <= {"0", "1"}
     for spans in by_gpu.values():
         spans.sort()
         assert all(a[1] <= b[0] + 0.05 for a, b in zip(spans, spans[1:])), spans  # one after another
     # and they did run side by side on the two GPUs, the later ones waiting (queue time recorded)
-    assert len(by_gpu) == 2 and max(p["queue_s"] for p in placements) > 0
+    assert len(by_gpu) == 2 and max(p.queue_s for p in placements) > 0
 
 
 def test_a_node_lost_during_an_evaluation_is_retried_once_and_journaled_once(cluster, uuids, tmp_path):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from evoteam.harness.model import Placement
 from evoteam.llm import Usage
 from evoteam.team import presets
 from evoteam.team.budget import BudgetExceeded, Ledger, token_budget
@@ -82,8 +83,8 @@ def test_evaluations_in_flight_count_and_queueing_for_a_gpu_is_not_charged():
     ledger.reserve_evaluation()
     before = ledger.elapsed_s()
     # two evaluations submitted together: one waited 10 s for a GPU while the other ran 4 s, then ran 2 s
-    ledger.record_evaluation("team", {"submitted": 100.0, "started": 100.0, "ended": 104.0})
-    ledger.record_evaluation("team", {"submitted": 100.0, "started": 110.0, "ended": 112.0})
+    ledger.record_evaluation("team", Placement("local", submitted=100.0, started=100.0, ended=104.0, gpu="0"))
+    ledger.record_evaluation("team", Placement("local", submitted=100.0, started=110.0, ended=112.0, gpu="0"))
     assert ledger.evaluations == 2 and ledger.in_flight == 0
     assert ledger.queue_s == pytest.approx(6.0)  # 104..110: nothing ran, the team only waited
     assert ledger.elapsed_s() == pytest.approx(before - 6.0, abs=0.5)
@@ -169,3 +170,14 @@ def test_time_spent_measuring_what_is_inherited_is_not_charged():
     ledger.uncharged_s = 6.0  # the champion's measurement took 6 of those seconds
     ledger.check_time()
     assert 2.0 <= ledger.elapsed_s() < 3.0 and ledger.to_json()["wall_time_s"] == pytest.approx(ledger.elapsed_s(), abs=0.5)
+
+
+def test_each_progress_line_shows_the_elapsed_time_and_an_estimate_of_what_is_left():
+    from evoteam.team.runner import clock
+
+    ledger = Ledger(token_budget=1000, max_evaluations=16, max_wall_time_s=3600, max_output_tokens=10)
+    assert clock(ledger).startswith("[0:0") and "left" not in clock(ledger)  # no pace yet: no estimate
+    ledger.wall_time_s, ledger.evaluations = 60.0, 4  # 15 s an evaluation so far, 12 left
+    assert clock(ledger) == "[1:00, ~3:00 left]"
+    ledger.max_wall_time_s = 100.0  # the wall-time budget ends the search sooner than the evaluations would
+    assert clock(ledger) == "[1:00, ~0:40 left]"

@@ -13,6 +13,7 @@
 import json
 import math
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -220,7 +221,7 @@ def sweep(tmp_path_factory):
     proc = run_evoteam("-m", "hardware=cpu", "task.workloads=[00cb2bc2]", "budget.max_evaluations=2",
                        "budget.extra_multiplier=1.5", "budget=equal,extra", "team=single", "seed=3",
                        f"tracking.tracking_uri={uri}", f"hydra.sweep.dir={sweep_dir}", cwd=root,
-                       env={"EVOTEAM_CACHE_DIR": str(root / "cache")})
+                       env={"EVOTEAM_CACHE_DIR": str(root / "cache"), "DOCKER_HOST": f"unix://{root}/no-engine.sock"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"uri": uri, "root": root, "sweep_dir": sweep_dir, "stdout": proc.stdout}
 
@@ -234,7 +235,8 @@ def test_a_sweep_logs_one_run_per_job_and_ends_with_the_summary(sweep):
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     for run in runs:
         t, p, m = run.data.tags, run.data.params, run.data.metrics
-        assert (f"mlflow: see the run: mlflow ui --backend-store-uri {sweep['uri']} --port 5000, then "
+        assert (f"mlflow: see the run: {shlex.quote(sys.executable)} -m mlflow ui --backend-store-uri {sweep['uri']} "
+                f"--port 5000, then "
                 f"http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}"
                 f"?workflowType=machine_learning") in sweep["stdout"]
         assert run.info.status == "FINISHED"
@@ -243,6 +245,8 @@ def test_a_sweep_logs_one_run_per_job_and_ends_with_the_summary(sweep):
         assert t["evoteam.llm"] == "offline" and t["evoteam.timing_mode"] == "cputime"
         assert p["budget.mode"] == t["evoteam.budget_mode"] and p["hardware.name"] == "cpu" and p["seed"] == "3"
         assert t["evoteam.seed"] == "3"  # repeated runs of a configuration differ in it (repeat=N: seeds 1..N)
+        # executor=auto (the default) ran here, and the run says why: no engine answers at DOCKER_HOST
+        assert t["evoteam.executor"] == "local" and t["evoteam.executor_reason"].startswith("auto: no container engine")
         assert {"final_fast_p_1", "final_fast_p_1.1", "final_fast_p_1.25"} <= set(m)  # KernelBench's fast_p
         assert m["final_evaluations"] == {"equal": 2, "extra": 3}[t["evoteam.budget_mode"]]
         assert m["final_workloads"] == 1 and "final_geomean_speedup" in m and m["final_tokens_total"] == 0

@@ -36,7 +36,7 @@ from typing import Any
 
 from evoteam.errors import UserError
 from evoteam.hardware import HardwareSpec
-from evoteam.harness.executor import LOG_TAIL_CHARS, evaluate, visible_devices
+from evoteam.harness.executor import LOG_TAIL_CHARS, evaluate, placement, visible_devices
 from evoteam.harness.model import EvalRequest, EvalResult
 from evoteam.harness.sandbox import CONTAINER_LIMITS_ENV
 from evoteam.resources import cache_root
@@ -60,13 +60,13 @@ def engine_address(docker_host: str | None) -> str:
     return docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
-def connect(docker_host: str | None):
+def connect(docker_host: str | None, timeout_s: float = 60):
     """A docker.DockerClient for the configured engine, checked with a ping; EngineError otherwise."""
     import docker
 
     address = engine_address(docker_host)
     try:
-        client = docker.DockerClient(base_url=address, timeout=60)
+        client = docker.DockerClient(base_url=address, timeout=timeout_s)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - whatever the transport says, the fix is the same
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
@@ -219,6 +219,8 @@ def _shared_dir(path: Path) -> Path:
 class ContainerExecutor:
     """executor=docker: starts each evaluation's judge in a fresh container of the target's image."""
 
+    kind = "docker"
+
     def __init__(self, hw: HardwareSpec, *, image: str | None = None, docker_host: str | None = None,
                  memory_gib: float = 16, pids_limit: int = 4096, cache_dir: str | None = None, client=None):
         self.hw = hw
@@ -240,4 +242,6 @@ class ContainerExecutor:
         return ContainerJudge(self, request, workdir)
 
     def __call__(self, request: EvalRequest, timeout_s: float | None = None) -> EvalResult:
-        return evaluate(request, executor=self, timeout_s=timeout_s)
+        started = time.time()
+        result = evaluate(request, executor=self, timeout_s=timeout_s)
+        return replace(result, placement=placement("docker", started, started, gpu=assigned_gpu()))

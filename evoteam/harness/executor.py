@@ -27,7 +27,7 @@ from typing import Protocol
 
 from evoteam.errors import UserError
 from evoteam.harness import scratch
-from evoteam.harness.model import EvalRequest, EvalResult, Status, WorkloadResult, add_phases
+from evoteam.harness.model import EvalRequest, EvalResult, Placement, Status, WorkloadResult, add_phases
 from evoteam.schema import read_journal
 
 POLL_S = 0.05
@@ -136,10 +136,18 @@ class LocalExecutor:
     """executor=local: the judge as a process on this machine. With a device pool, each evaluation takes
     a free GPU of it (one judge per device), so a run's parallel work uses every visible GPU."""
 
+    kind = "local"
+
     def __init__(self, python: str = sys.executable, extra_env: dict | None = None, pool: DevicePool | None = None):
         self.python = python
         self.extra_env = extra_env or {}
         self.pool = pool
+
+    @classmethod
+    def from_config(cls, executor_cfg, hw) -> LocalExecutor:
+        """On a machine with several GPUs, a parallel team's evaluations spread over every visible one."""
+        pool = DevicePool.visible(hw.is_gpu)
+        return cls(pool=pool if pool and len(pool.ids) > 1 else None)
 
     def start(self, request: EvalRequest, workdir: Path) -> JudgeProcess:
         return _LocalJudge(request, workdir, self.python, self.extra_env)
@@ -156,11 +164,9 @@ class LocalExecutor:
         return replace(result, placement=placement("local", submitted, started, gpu=gpu))
 
 
-def placement(executor: str, submitted: float, started: float, **where) -> dict:
-    """EvalResult.placement: where an evaluation ran and its wall-clock times (queue_s: the wait for a device)."""
-    ended = time.time()
-    return {"executor": executor, **where, "submitted": submitted, "started": started, "ended": ended,
-            "queue_s": round(max(0.0, started - submitted), 3)}
+def placement(executor: str, submitted: float, started: float, **where) -> Placement:
+    """EvalResult.placement of an evaluation that ends now."""
+    return Placement(executor=executor, submitted=submitted, started=started, ended=time.time(), **where)
 
 
 def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_s: float | None = None,

@@ -173,6 +173,33 @@ class WorkloadResult:
         return cls(**{k: v for k, v in obj.items() if k in names})
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an evaluation ran and its wall-clock times (time.time()): queue_s is its wait for a free device."""
+
+    executor: str  # local, docker or ray
+    submitted: float
+    started: float
+    ended: float
+    gpu: str | None = None  # the device id(s) it had, as CUDA_VISIBLE_DEVICES names them
+    node: str | None = None  # the Ray node
+    pid: int | None = None  # the process that ran its judge's executor (Ray's worker)
+
+    @property
+    def queue_s(self) -> float:
+        return round(max(0.0, self.started - self.submitted), 3)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "queue_s": self.queue_s}
+
+    @classmethod
+    def from_json(cls, obj: dict | None) -> Placement | None:
+        if not obj or "submitted" not in obj:
+            return None
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in obj.items() if k in names})
+
+
 @dataclass
 class EvalResult:
     results: list[WorkloadResult]
@@ -181,9 +208,7 @@ class EvalResult:
     sandbox: dict = field(default_factory=dict)  # what the runner ran in (tool, namespaces, limits, mode)
     seed: int | None = None  # revealed after the evaluation; reproduces its inputs
     seed_secret: bool = True  # False when the caller chose the seed
-    # Where it ran and when (executor, node, gpu, and the wall-clock submitted/started/ended, so queue_s is
-    # the wait for a free accelerator); empty for a plain evaluate().
-    placement: dict = field(default_factory=dict)
+    placement: Placement | None = None  # where it ran and when; None for a plain evaluate()
     # Where the evaluation's wall time went, seconds by phase (the judge's, and the executor's around it): they sum
     # to the evaluation's wall time
     phases: dict = field(default_factory=dict)
@@ -191,13 +216,14 @@ class EvalResult:
     def to_json(self) -> dict:
         return {"results": [r.to_json() for r in self.results], "restarts": self.restarts,
                 "log_tail": self.log_tail, "sandbox": self.sandbox, "seed": self.seed,
-                "seed_secret": self.seed_secret, "placement": self.placement, "phases": self.phases}
+                "seed_secret": self.seed_secret,
+                "placement": self.placement.to_json() if self.placement else {}, "phases": self.phases}
 
     @classmethod
     def from_json(cls, obj: dict) -> EvalResult:
         return cls(results=[WorkloadResult.from_json(r) for r in obj["results"]], restarts=obj.get("restarts", 0),
                    log_tail=obj.get("log_tail", ""), sandbox=obj.get("sandbox", {}), seed=obj.get("seed"),
-                   seed_secret=obj.get("seed_secret", True), placement=obj.get("placement", {}),
+                   seed_secret=obj.get("seed_secret", True), placement=Placement.from_json(obj.get("placement")),
                    phases=obj.get("phases", {}))
 
     @classmethod

@@ -72,11 +72,16 @@ class RayExecutor:
     def __post_init__(self):
         self._lock = threading.Lock()
 
+    kind = "ray"
+
     @classmethod
     def from_config(cls, executor_cfg, hw) -> RayExecutor:
+        """Connected: the cluster and a node of the target, or one line, before a run writes anything."""
         ray_cfg = executor_cfg.ray
-        return cls(hardware=hw.name, gpu=hw.is_gpu, address=ray_cfg.address, wait_s=float(ray_cfg.wait_s),
-                   auth_token_env=ray_cfg.auth_token_env, gpus_per_evaluation=ray_cfg.gpus_per_evaluation)
+        executor = cls(hardware=hw.name, gpu=hw.is_gpu, address=ray_cfg.address, wait_s=float(ray_cfg.wait_s),
+                       auth_token_env=ray_cfg.auth_token_env, gpus_per_evaluation=ray_cfg.gpus_per_evaluation)
+        executor.connect()
+        return executor
 
     @property
     def resource(self) -> str:

@@ -18,7 +18,8 @@ import sys
 
 from evoteam import report
 from evoteam.harness import scan
-from evoteam.harness.model import EvalResult
+from evoteam.harness.model import EvalResult, Status
+from evoteam.target import Target
 from evoteam.task import Task, shape_label
 from evoteam.team.budget import Ledger
 from evoteam.team.progress import Progress
@@ -139,8 +140,9 @@ def rules() -> str:
             "same workloads is answered from the journal, not run again.")
 
 
-def task_brief(task: Task, hw, workloads: list, baseline: str, timing_mode: str) -> str:
+def task_brief(target: Target, baseline: str) -> str:
     """The part of every member's brief that is fixed for the run."""
+    task, hw, workloads = target.task, target.hw, list(target.workloads)
     reference = (task.folder / "reference.py").read_text()
     return "\n\n".join([
         f"# Task {task.definition.name} ({task.name})\n{task.definition.description or ''}",
@@ -148,7 +150,7 @@ def task_brief(task: Task, hw, workloads: list, baseline: str, timing_mode: str)
         f"## Languages\n{languages(task, hw)}",
         f"## Workloads of this run\n{workload_list(task, workloads)}",
         f"## Correctness\n{correctness_rule(task)}",
-        f"## Timing\n{timing_rule(baseline_words(baseline, hw), timing_mode, hw.is_gpu)}",
+        f"## Timing\n{timing_rule(baseline_words(baseline, hw), target.timing_mode, hw.is_gpu)}",
         f"## Target hardware\n{hardware_facts(hw)}",
         f"## Rules\n{rules()}",
         f"## The reference implementation (PyTorch; the source of truth for every output)\n"
@@ -175,7 +177,7 @@ def attempt_report(attempt: Attempt, result: dict | None, labels: dict[str, str]
     if results:
         parts.append(report.format_table(results, labels, "yours", ceiling_tbs if attempt.kind == "benchmark"
                                           else None, failure_lines=False))
-        failed = [r for r in results if r.status != "PASSED" and r.detail]
+        failed = [r for r in results if r.status != Status.PASSED and r.detail]
         for r in failed[:3]:
             detail = r.detail if len(r.detail) <= MAX_FAILURE_CHARS else (
                 r.detail[:MAX_FAILURE_CHARS] + f"\n... [{len(r.detail) - MAX_FAILURE_CHARS} more characters]")
@@ -217,8 +219,7 @@ def count_tokens(text: str, model: str = "gpt-4o-mini") -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from evoteam import hardware
-    from evoteam.harness.model import TimingMode
-    from evoteam.task import available_tasks, load_task
+    from evoteam.task import available_tasks
 
     parser = argparse.ArgumentParser(prog="python -m evoteam.team.brief", description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True, choices=available_tasks())
@@ -226,10 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default="auto", help="the baseline's name (task.baseline)")
     parser.add_argument("--model", default="gpt-4o-mini", help="whose tokenizer counts the brief's size")
     args = parser.parse_args(argv)
-    hw = hardware.load_spec(args.hardware)
-    task = load_task(args.task)
-    workloads = task.scaled_workloads(hw.problem_scale)
-    text = task_brief(task, hw, workloads, args.baseline, TimingMode.on("graph", hw.is_gpu))
+    target = Target.resolve(args.task, args.hardware, executor=None)  # described, not evaluated: any target
+    text = task_brief(target, args.baseline)
     print(text)
     print(f"\n[the brief of {args.task} on {args.hardware}: {count_tokens(text, args.model)} tokens "
           f"({args.model}'s tokenizer), {len(text)} characters]")

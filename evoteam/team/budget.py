@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from evoteam.harness.model import Placement
 from evoteam.llm import Usage
 
 
@@ -72,14 +73,14 @@ class Ledger:
         with self._lock:
             self.in_flight = max(0, self.in_flight - 1)
 
-    def record_evaluation(self, team: str, placement: dict | None = None) -> None:
+    def record_evaluation(self, team: str, placement: Placement | None = None) -> None:
         with self._lock:
             self.in_flight = max(0, self.in_flight - 1)
             self.evaluations += 1
             self.evaluations_by_team[team] = self.evaluations_by_team.get(team, 0) + 1
-            if placement and "submitted" in placement:
-                self._queued.append((placement["submitted"], placement["started"]))
-                self._running.append((placement["started"], placement["ended"]))
+            if placement is not None:
+                self._queued.append((placement.submitted, placement.started))
+                self._running.append((placement.started, placement.ended))
                 self.queue_s = _uncovered(self._queued, self._running)
 
     def elapsed_s(self) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from evoteam.harness.model import geomean
+from evoteam.harness.model import Status, geomean
 from evoteam.team.inherit import INHERITED_TEAM
 from evoteam.team.workspace import Attempt
 
@@ -20,7 +20,7 @@ FAILURE_TYPES = {
 
 
 def failure_type(status: str) -> str:
-    if status == "PASSED":
+    if status == Status.PASSED:
         return ""
     return FAILURE_TYPES.get(status, "wrong result")
 
@@ -72,7 +72,7 @@ def progress_of(attempts: list[Attempt], groups: dict[str, str]) -> Progress:
             p.passed += 1
             p.failure_streak = ("", 0)
         improved = False
-        if a.status == "PASSED" and a.speedups:
+        if a.status == Status.PASSED and a.speedups:
             by_group: dict[str, list[float]] = {}
             for uuid, s in a.speedups.items():
                 by_group.setdefault(groups.get(uuid, "all"), []).append(s)

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from evoteam.harness.model import EvalRequest, EvalResult
+from evoteam.harness.model import EvalRequest, EvalResult, Status
 from evoteam.resources import cache_root
 
 DEFAULT_MAX_AGE_HOURS = 12.0
@@ -58,7 +58,7 @@ class SharedMeasurements:
         return result, age
 
     def put(self, request: EvalRequest, result: EvalResult, run_dir: str = "") -> None:
-        if self.max_age_s <= 0 or not result.results or any(r.status != "PASSED" for r in result.results):
+        if self.max_age_s <= 0 or not result.results or any(r.status != Status.PASSED for r in result.results):
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{measurement_key(request)}.json"

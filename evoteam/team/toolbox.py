@@ -12,14 +12,14 @@ dispatches such a call and always returns a string for the model (errors include
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evoteam.harness import scan
-from evoteam.harness.executor import evaluate
-from evoteam.harness.model import CPU_ROUNDS, EvalRequest, EvalResult, TimingMode, geomean
+from evoteam.harness.executor_registry import Evaluator, local_evaluator
+from evoteam.harness.model import CPU_ROUNDS, EvalRequest, EvalResult, Status, geomean
 from evoteam.schema import append_journal, read_journal
+from evoteam.target import Target
 from evoteam.team.budget import Ledger
 from evoteam.team.spec import RoleSpec
 from evoteam.team.workspace import GRADES, KERNEL_SUFFIXES, Attempt, Workspace, evaluation_key
@@ -54,26 +54,28 @@ class HarnessSettings:
 
     @classmethod
     def for_run(cls, task: str, hardware: str, scale: str, **fields) -> HarnessSettings:
-        """Settings for a run: the request's fields by name, the workloads as keywords."""
+        """Settings of a described target (no executor chosen): the request's fields by name, the workloads as
+        keywords."""
         probe, every = fields.pop("probe_workloads", []), fields.pop("all_workloads", [])
-        return cls(EvalRequest(task=task, hardware=hardware, solution="", scale=scale, **fields), probe, every)
+        target = Target.resolve(task, hardware, scale=scale, executor=None, **(
+            {"timing_mode": fields["timing_mode"]} if "timing_mode" in fields else {}))
+        return cls(target.request("", **{"workloads": [], **fields}), probe, every)
 
     @classmethod
-    def from_config(cls, cfg, hw, task, workloads: list) -> HarnessSettings:
-        """From the run's configuration (task, timing_mode, executor) and what it resolved to."""
-        groups = {w.uuid: task.workload_group(w) for w in workloads}
-        warmup, reps = GPU_ROUNDS if hw.is_gpu else CPU_ROUNDS
-        return cls.for_run(
-            task.name, hw.name, cfg.task.scale or hw.problem_scale,
-            timing_mode=TimingMode.on(cfg.timing_mode, hw.is_gpu), baseline=cfg.task.baseline,
-            trials=cfg.task.check_trials, warmup=warmup, reps=reps, workload_timeout_s=cfg.executor.timeout_s,
-            sandbox=cfg.executor.sandbox.value, memory_limit_gib=cfg.executor.memory_gib,
-            process_limit=cfg.executor.pids_limit, second_figure=False,
+    def from_config(cls, cfg, target: Target) -> HarnessSettings:
+        """From the run's configuration (task, executor) and its resolved target (its timing mode, its scale)."""
+        workloads = list(target.workloads)
+        groups = {w.uuid: target.task.workload_group(w) for w in workloads}
+        gpu = target.hw.is_gpu
+        warmup, reps = GPU_ROUNDS if gpu else CPU_ROUNDS
+        template = target.request(
+            "", baseline=cfg.task.baseline, trials=cfg.task.check_trials, warmup=warmup, reps=reps,
+            workload_timeout_s=cfg.executor.timeout_s, sandbox=cfg.executor.sandbox.value,
+            memory_limit_gib=cfg.executor.memory_gib, process_limit=cfg.executor.pids_limit, second_figure=False,
             # A CPU's timings move with its load: time the baseline side by side there.
-            use_baseline_cache=hw.is_gpu,
-            # On CPU the interpreter makes each workload costly: probe the smallest only.
-            probe_workloads=probe_workloads(workloads, groups, 2 if hw.is_gpu else 1),
-            all_workloads=[w.uuid for w in workloads])
+            use_baseline_cache=gpu)
+        # On CPU the interpreter makes each workload costly: probe the smallest only.
+        return cls(template, probe_workloads(workloads, groups, 2 if gpu else 1), [w.uuid for w in workloads])
 
 
 # (warm-up, timed) rounds of a search evaluation on a GPU: fewer than a final table's (EvalRequest's defaults)
@@ -94,9 +96,6 @@ def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2)
         picks = [members[0], members[-1]] if per_group >= 2 and len(members) > 1 else members[:1]
         out += [w.uuid for w in picks if w.uuid not in out]
     return out
-
-
-Evaluator = Callable[[EvalRequest, float], EvalResult]
 
 
 # An evaluation of more workloads than this runs in pieces of equal size, each journaled when it ends, so that an
@@ -125,20 +124,20 @@ def evaluate_in_pieces(evaluator: Evaluator, request: EvalRequest, timeout_s: fl
     return EvalResult.merged(pieces, wanted)
 
 
-def default_evaluator(request: EvalRequest, timeout_s: float) -> EvalResult:
-    return evaluate(request, timeout_s=timeout_s)
+# where a caller names no executor (tests; a run always passes its target's)
+default_evaluator: Evaluator = local_evaluator()
 
 
 def summarize_result(result: EvalResult) -> dict:
     """An evaluation as the Attempt fields it gives: status, failure, speedups, statuses, noise, noises, geomean,
     intervals."""
     statuses = {r.uuid: r.status for r in result.results}
-    failed = [r for r in result.results if r.status != "PASSED"]
+    failed = [r for r in result.results if r.status != Status.PASSED]
     speedups = {r.uuid: r.speedup for r in result.results if r.speedup is not None}
     noises = {r.uuid: r.noise for r in result.results if r.noise is not None}
     intervals = {r.uuid: [r.speedup_low, r.speedup_high] for r in result.results
                  if r.speedup is not None and r.speedup_low is not None and r.speedup_high is not None}
-    return {"status": failed[0].status if failed else "PASSED",
+    return {"status": failed[0].status if failed else Status.PASSED,
             "failure": f"{failed[0].uuid[:8]}: {failed[0].detail}" if failed else "",
             "speedups": speedups, "statuses": statuses, "noise": max(noises.values()) if noises else None,
             "noises": noises, "geomean": geomean(speedups.values()) if not failed else None,
@@ -306,7 +305,7 @@ class Toolbox:
 
 def describe(attempt: Attempt) -> str:
     head = f"{attempt.kind} {attempt.attempt_id}: {attempt.status}"
-    if attempt.status != "PASSED":
+    if attempt.status != Status.PASSED:
         return f"{head}; {attempt.failure[:500]}"
     if attempt.kind == "check":
         return f"{head} on {len(attempt.workloads)} workloads"

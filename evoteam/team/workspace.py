@@ -18,6 +18,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from evoteam.harness.model import Status
 from evoteam.schema import append_journal, read_journal
 from evoteam.team.journal import TeamOutcome, TeamRecord, read_teams
 
@@ -33,7 +34,7 @@ class Attempt:
     kind: str  # "check" or "benchmark"
     origin: dict  # family and params, or the LLM's description
     workloads: list[str]
-    status: str  # "PASSED" when every workload passed, else the first failure's status
+    status: str  # Status.PASSED when every workload passed, else the first failure's status
     failure: str  # "" or the first failure's detail
     speedups: dict[str, float] = field(default_factory=dict)  # uuid -> speedup (benchmark, passed)
     statuses: dict[str, str] = field(default_factory=dict)  # uuid -> status
@@ -177,7 +178,7 @@ class Workspace:
 
     # ------------------------------------------------------------------ views for the agents
     def best(self) -> Attempt | None:
-        timed = [a for a in self._attempts if a.geomean is not None and a.status == "PASSED"]
+        timed = [a for a in self._attempts if a.geomean is not None and a.status == Status.PASSED]
         return max(timed, key=lambda a: a.geomean) if timed else None
 
     def view(self, what: str, limit: int = 20) -> str:
@@ -189,7 +190,7 @@ class Workspace:
             return f"# attempt {best.attempt_id}, geomean {best.geomean:.3f}x\n" + self.kernel_path(
                 best.attempt_id).read_text()
         if what == "failure_log":
-            failed = [a for a in self._attempts if a.status != "PASSED"][-limit:]
+            failed = [a for a in self._attempts if a.status != Status.PASSED][-limit:]
             return "\n".join(f"{a.attempt_id} {_short(a.origin)} {a.status}: {a.failure[:300]}" for a in failed) or "none"
         if what == "summaries":
             rows = [f"{a.attempt_id} {a.role} {_short(a.origin)} {a.kind} {a.status} "
