@@ -59,6 +59,11 @@ class HardwareSpec:
         return self.backend != "cpu"
 
     @property
+    def interprets_triton(self) -> bool:
+        """Triton kernels run under Triton's interpreter here (a CPU): correct, but about 100x slow."""
+        return self.env.get("TRITON_INTERPRET") == "1"
+
+    @property
     def bandwidth_ceiling_tbs(self) -> float | None:
         """The bandwidth a kernel is judged against: measured where we have it, else datasheet."""
         return self.measured_copy_bandwidth_tbs or self.peak_memory_bandwidth_tbs

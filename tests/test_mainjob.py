@@ -27,7 +27,8 @@ def test_progress_is_one_short_line_per_evaluation_and_the_log_file_has_the_rest
     run_dir, result = finished_run
     lines = [line for line in result.stdout.splitlines() if line.startswith("  eval ")]
     assert len(lines) == 2, result.stdout
-    assert all(len(line) <= 100 and "{" not in line for line in lines), lines
+    assert all(len(line) <= 120 and "{" not in line for line in lines), lines
+    assert " left] " in lines[1]  # the time so far, and an estimate of what is left
     assert "PASSED" in lines[0] and " 1 wl " in lines[0]
     log = (run_dir / "run.log").read_text()
     assert log.count("\n") >= 2 and "{'" in log  # the full account of each turn: the point tried, every figure
@@ -82,7 +83,7 @@ def test_a_run_that_cannot_start_leaves_no_folder(tmp_path, evoteam_cli, args, w
 
 def test_max_redesigns_zero_keeps_the_first_team(tmp_path, evoteam_cli):
     run_dir = tmp_path / "run"
-    result = evoteam_cli("tracking=none", "task.workloads=[00cb2bc2]", "budget.max_evaluations=8",
+    result = evoteam_cli("tracking=none", "task.workloads=[00cb2bc2]", "budget.max_evaluations=4",
                          "team.stall_evaluations=1", "team.max_redesigns=0", "seed=3", f"run_dir={run_dir}",
                          cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

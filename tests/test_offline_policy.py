@@ -147,3 +147,27 @@ def test_the_tuner_moves_each_workloads_own_point_in_one_table_from_the_inherite
     OfflineAgent(RoleSpec("t", "tuner"), space, random.Random(0), groups).tune(box)
     (single, _), = box.asked
     assert "points" not in single
+
+
+def test_families_the_target_interprets_are_explored_after_the_native_ones():
+    """On a CPU, Triton runs under its interpreter (about 0.01x, however good the kernel is on a GPU): a team there
+    explores the families that run natively first, so its speedups are real numbers."""
+    from evoteam import hardware
+
+    families = load_families("mla_decode")
+    cpu, h200 = hardware.load_spec("cpu"), hardware.load_spec("h200")
+    assert cpu.interprets_triton and not h200.interprets_triton
+    interpreted = frozenset(f.name for f in families if f.uses_triton)
+    assert {"seed", "splitkv", "flashdecode"} <= interpreted and "torch_cpu" not in interpreted
+    for tried in ([], ["torch_cpu"]):  # nothing tried yet, and the native family's default already tried
+        space = SearchSpace(families, interpreted)
+        attempts = [Attempt(str(i), f"k{i}", "t", "explorer", "benchmark",
+                            {"family": f, "params": space.default(f).as_dict}, ["a1"], "PASSED", "",
+                            speedups={"a1": 1.5}, geomean=1.5) for i, f in enumerate(tried)]
+        box = RecordingToolbox(attempts)
+        OfflineAgent(RoleSpec("e", "explorer"), space, random.Random(0), GROUPS).explore(box)
+        (origin, _), = box.asked
+        assert origin["family"] == "torch_cpu"
+    box = RecordingToolbox([])
+    OfflineAgent(RoleSpec("e", "explorer"), SearchSpace(families), random.Random(0), GROUPS).explore(box)
+    assert box.asked[0][0]["family"] == "flashdecode"  # on a GPU: by name among the untried

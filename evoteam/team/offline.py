@@ -3,8 +3,8 @@ families (`kernels/<task>/families.json`) and their parameters. Each role kind b
 says; every candidate they produce is a real file that the harness really evaluates.
 
   explorer   an untried point of the least-explored family, far from what was tried, on the role's focus;
-             families measured only at under a quarter of the best known speed come last, and so does the
-             task's naive kernel (`"naive": true` in families.json) next to an inherited champion
+             families measured only at under a quarter of the best known speed come last, and so do families
+             the target runs under an interpreter (Triton on a CPU) and the task's naive kernel (`"naive": true` in families.json) next to an inherited champion
   tuner      the best verified kernel of the focus with one parameter moved to a neighbouring value,
              starting from the point that runs on the focus's weakest workload; explores when every
              neighbour was tried. Where that kernel runs a point per workload (an inherited champion, or a
@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass
 
 from evoteam.families import Champion, Family, apply_params
-from evoteam.harness.model import geomean
+from evoteam.harness.model import Status, geomean
 from evoteam.team.agent import TurnContext
 from evoteam.team.inherit import INHERITED_TEAM
 from evoteam.team.progress import Progress, keep_inherited
@@ -52,10 +52,13 @@ class Point:
 
 
 class SearchSpace:
-    def __init__(self, families: list[Family]):
+    def __init__(self, families: list[Family], interpreted: frozenset[str] = frozenset()):
         if not families:
             raise ValueError("the task has no kernel families to search (kernels/<task>/families.json)")
         self.families = {f.name: f for f in families}
+        # families that run under an interpreter on the target (Triton on a CPU): correct there, but their
+        # speed says nothing; explored after every other
+        self.interpreted = frozenset(interpreted)
         self._sources = {f.name: f.path.read_text() for f in families}
 
     def default(self, family: str) -> Point:
@@ -142,7 +145,7 @@ class OfflineAgent:
         return {p for a in toolbox.workspace.attempts for u in workloads if (p := point_on(a, u)) is not None}
 
     def _measured(self, toolbox: Toolbox) -> list[Attempt]:
-        return [a for a in toolbox.workspace.attempts if a.status == "PASSED" and a.speedups and point_of(a) is not None]
+        return [a for a in toolbox.workspace.attempts if a.status == Status.PASSED and a.speedups and point_of(a) is not None]
 
     def _best_speedups(self, toolbox: Toolbox) -> dict[str, float]:
         """Each workload's best verified speedup so far (uuid -> speedup)."""
@@ -211,7 +214,7 @@ class OfflineAgent:
         focus = self._focus(toolbox)
         tried = self._tried(toolbox, focus)
         counts = {name: sum(1 for p in tried if p.family == name) for name in self.space.families}
-        hopeless = self._hopeless(toolbox)
+        hopeless = self._hopeless(toolbox) | self.space.interpreted
         if any(a.team == INHERITED_TEAM for a in self._measured(toolbox)):
             # the naive kernel is where a team without inheritance starts: next to a champion it is known to be
             # far behind (0.07x on MLA, 2026-12-03), an evaluation spent for nothing
@@ -292,7 +295,7 @@ class OfflineAgent:
                 f"own point moved one step: {describe(attempt)}")
 
     def debug(self, toolbox: Toolbox) -> str:
-        failed = [a for a in toolbox.workspace.attempts if a.status != "PASSED" and point_of(a) is not None]
+        failed = [a for a in toolbox.workspace.attempts if a.status != Status.PASSED and point_of(a) is not None]
         if not failed:
             return self.tune(toolbox)
         last = failed[-1]
@@ -304,7 +307,7 @@ class OfflineAgent:
             if params[key] != default.get(key, params[key]):
                 candidate = Point(point.family, tuple(sorted({**params, key: default[key]}.items())))
                 if candidate not in tried:
-                    bad = [u for u, s in last.statuses.items() if s != "PASSED"] or None
+                    bad = [u for u, s in last.statuses.items() if s != Status.PASSED] or None
                     return self._evaluate(toolbox, candidate, "benchmark", bad)
         return self.tune(toolbox)
 

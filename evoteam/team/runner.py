@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evoteam.harness.model import WorkloadResult
+from evoteam.harness.model import Status, WorkloadResult
 from evoteam.llm import Usage
 from evoteam.task import shape_label
 from evoteam.team.agent import TurnContext
@@ -195,8 +195,10 @@ class TeamRun:
                     outcomes.append(exc)
         for role, outcome in zip(roles, outcomes):
             self._record_turn(role, str(outcome), len(self.workspace.attempts), quiet=True)
-        for attempt in self.workspace.attempts[before:]:
-            self.log(progress_line(attempt, self.ledger, self.progress().best_geomean))
+        new = self.workspace.attempts[before:]
+        first = self.ledger.evaluations - len(new) + 1  # the round's evaluations, numbered in the order they ended
+        for i, attempt in enumerate(new):
+            self.log(progress_line(attempt, self.ledger, self.progress().best_geomean, number=first + i))
         spent = next((o for o in outcomes if isinstance(o, BudgetExceeded)), None)
         if spent is not None:
             raise spent
@@ -314,7 +316,7 @@ class TeamRun:
         """Workload uuid -> attempt id of the best verified kernel for it (its own measurement, else
         its group's best, else the best overall, else the default of the first family); an inherited
         kernel gives way only as `keep_inherited` says."""
-        attempts = [a for a in self.workspace.attempts if a.status == "PASSED" and a.speedups]
+        attempts = [a for a in self.workspace.attempts if a.status == Status.PASSED and a.speedups]
         table: dict[str, str] = {}
         self.dispatch_reasons: dict[str, str] = {}  # uuid -> why its kernel was chosen where several measured it
         group_best: dict[str, tuple[float, str]] = {}
@@ -354,7 +356,7 @@ class TeamRun:
                 full = self.workspace.result_json(attempt_id) or {}
                 results[attempt_id] = {r["uuid"]: r for r in full.get("results", [])}
             r = results[attempt_id].get(uuid)
-            if r is not None and r.get("status") == "PASSED":
+            if r is not None and r.get("status") == Status.PASSED:
                 out[uuid] = WorkloadResult.from_json(r)
         return out
 
@@ -415,20 +417,42 @@ class TeamRun:
         return "\n".join(lines)
 
 
-def progress_line(attempt, ledger: Ledger, best: float | None) -> str:
-    """One evaluation in under 100 characters: its number, attempt, role, kernel, workloads, verdict."""
+def progress_line(attempt, ledger: Ledger, best: float | None, number: int | None = None) -> str:
+    """One evaluation in under 120 characters: its number, the time so far and left, attempt, role, kernel, workloads,
+    verdict."""
     origin = attempt.origin or {}
     kernel = str(origin.get("family") or origin.get("name") or "llm-written")[:14]
-    if attempt.status != "PASSED":
+    if attempt.status != Status.PASSED:
         verdict = f"{attempt.status} {attempt.failure.split(':', 1)[-1].strip()[:30]}"
     elif attempt.geomean is None:
         verdict = "PASSED (checked)"
     else:
         verdict = f"PASSED {attempt.geomean:.3f}x" + (f" (best {best:.3f}x)" if best else "")
     tokens = ledger.total.total_tokens
-    return (f"  eval {ledger.evaluations}/{ledger.max_evaluations}  {attempt.attempt_id}  {attempt.role[:10]:<10} "
-            f"{kernel:<14} {len(attempt.workloads)} wl  {verdict}" + (f"  {tokens / 1000:.1f}k tok" if tokens else ""))
+    number = ledger.evaluations if number is None else number
+    return (f"  eval {number}/{ledger.max_evaluations} {clock(ledger)}  {attempt.attempt_id}  "
+            f"{attempt.role[:10]:<10} {kernel:<14} {len(attempt.workloads)} wl  {verdict}"
+            + (f"  {tokens / 1000:.1f}k tok" if tokens else ""))
+
+
+def clock(ledger: Ledger) -> str:
+    """The search's elapsed time and an estimate of what is left of it: the evaluations left at the pace so far,
+    within the wall-time budget (the final measurement comes after)."""
+    elapsed = ledger.elapsed_s()
+    done, left = ledger.evaluations, max(0, ledger.max_evaluations - ledger.evaluations)
+    if not done:
+        return f"[{_minutes(elapsed)}]"  # no pace yet
+    estimate = min(elapsed / done * left, max(0.0, ledger.max_wall_time_s - elapsed))
+    return f"[{_minutes(elapsed)}, ~{_minutes(estimate)} left]"
+
+
+def _minutes(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def stop_cleanly(run_dir: Path) -> None:
-    print(f"\nevoteam: interrupted; state saved. Continue with: python -m evoteam resume={run_dir}", file=sys.stderr)
+    from evoteam.resources import python_command  # the command runs as printed, outside the venv too
+
+    print(f"\nevoteam: interrupted; state saved. Continue with: {python_command('-m', 'evoteam', f'resume={run_dir}')}",
+          file=sys.stderr)
