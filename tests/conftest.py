@@ -82,6 +82,20 @@ def seed_kernel(task):
     return load_module_from_path(task.folder / "seed_triton.py").run
 
 
+# Files whose module-scoped fixtures are costly (a finished run, a sweep, an MLflow server, a Ray cluster, the
+# container engine, a built wheel): under pytest-xdist (`make test` runs -n auto --dist loadgroup) each of these
+# files runs whole on one worker, so its fixture is made once; every other test goes to whichever worker is free.
+ONE_WORKER_FILES = ("test_mainjob.py", "test_tracking.py", "test_mlflow_server.py", "test_ray.py",
+                    "test_container_executor.py", "test_install.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in ONE_WORKER_FILES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
 # What enables the tests a machine skips, by words of the skip's reason (the first match wins).
 HOW_TO_RUN_SKIPPED = (
     ("flashinfer-bench", "make test (installs flashinfer-bench's data model)"),
