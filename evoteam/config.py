@@ -98,7 +98,9 @@ class BudgetConfig:
 @dataclass
 class TeamConfig:
     preset: TeamPreset = TeamPreset.evolving
-    stall_evaluations: int = 6  # evaluations without improvement beyond noise before a redesign
+    # evaluations without improvement beyond noise before a redesign: 4 lets a 16-evaluation run (the default budget)
+    # redesign its first team once it stalls, also after a late improvement
+    stall_evaluations: int = 4
     max_redesigns: int = 10  # the supervisor redesigns an evolving team at most this many times
     # null: the preset's; parallel: the starting team's roles take each round's turns at once (their
     # evaluations in flight together), sequential or review_loop
