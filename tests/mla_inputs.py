@@ -30,3 +30,19 @@ def assert_matches_reference(ref, lengths, output, lse):
             assert torch.allclose(lse[b], ref["lse"][b], atol=1e-4, rtol=1e-5), b
             err = (output[b].double() - ref["output"][b].double()).abs()
             assert torch.all(err <= 1e-2 + 1e-2 * ref["output"][b].double().abs()), b
+
+
+def mla_family(name: str):
+    """The MLA task's kernel family `name` (kernels/mla_decode/families.json)."""
+    from evoteam.families import load_families
+
+    return next(f for f in load_families("mla_decode") if f.name == name)
+
+
+def family_module(name: str, params: dict, tmp_path, tag: str):
+    """The MLA family `name`'s file at the point `params`, written under tmp_path and imported."""
+    from evoteam.task import load_module_from_path
+
+    path = tmp_path / f"{name}_{tag}.py"
+    path.write_text(mla_family(name).source(params))
+    return load_module_from_path(path, f"{name}_{tag}")

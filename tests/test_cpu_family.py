@@ -6,12 +6,11 @@ matmul, index_select) give the reference's results within the task's tolerances,
 import numpy as np
 import pytest
 import torch
-from mla_inputs import assert_matches_reference, mla_inputs
+from mla_inputs import assert_matches_reference, family_module, mla_family, mla_inputs
 
-from evoteam.families import load_families
 from evoteam.harness.check import check_kernel
 from evoteam.harness.scan import scan_source
-from evoteam.task import load_module_from_path, load_task
+from evoteam.task import load_task
 
 MLA = load_task("mla_decode")
 
@@ -21,13 +20,11 @@ LENGTHS = [0, 9, 9, 40, 0, 60, 300, 1, 50, 0]
 
 
 def family():
-    return next(f for f in load_families("mla_decode") if f.name == "torch_cpu")
+    return mla_family("torch_cpu")
 
 
 def variant(params, tmp_path, tag):
-    path = tmp_path / f"torch_cpu_{tag}.py"
-    path.write_text(family().source(params))
-    return load_module_from_path(path, f"torch_cpu_{tag}")
+    return family_module("torch_cpu", params, tmp_path, tag)
 
 
 def test_the_family_loads_for_cpu_only():

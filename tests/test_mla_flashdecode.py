@@ -13,9 +13,8 @@ import json  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from mla_inputs import assert_matches_reference, mla_inputs  # noqa: E402
+from mla_inputs import assert_matches_reference, family_module, mla_family, mla_inputs  # noqa: E402
 
-from evoteam.families import load_families  # noqa: E402
 from evoteam.harness.check import check_kernel  # noqa: E402
 from evoteam.task import load_module_from_path, load_task  # noqa: E402
 
@@ -24,13 +23,11 @@ MLA_SMALL = MLA.scaled_workloads("small")
 
 
 def family():
-    return next(f for f in load_families("mla_decode") if f.name == "flashdecode")
+    return mla_family("flashdecode")
 
 
 def variant(params, tmp_path, tag):
-    path = tmp_path / f"flashdecode_{tag}.py"
-    path.write_text(family().source(params))
-    return load_module_from_path(path, f"flashdecode_{tag}")
+    return family_module("flashdecode", params, tmp_path, tag)
 
 
 def pieces(module, kv_indptr, params):
