@@ -153,7 +153,10 @@ def test_codex_writes_a_kernel_that_the_harness_evaluates_and_every_token_is_cou
 
     script = [{"output": [{"call": "exec_command", "args": {"cmd": _write("v1.py", seed_source), "login": False}}],
                "usage": make_usage(2000, 500, 300, 100)},
-              {"output": [{"call": "exec_command", "args": {"cmd": "./evoteam-tool bench v1.py", "login": False}}],
+              # codex answers a command still running after yield_time_ms (10 s unless asked) with "Process running"
+              # and its session id; a loaded CI machine took longer than 10 s, so the model asks for codex's most (30 s)
+              {"output": [{"call": "exec_command", "args": {"cmd": "./evoteam-tool bench v1.py", "login": False,
+                                                            "yield_time_ms": 30000}}],
                "usage": make_usage(2600, 1500, 40, 0)},
               {"output": [{"text": "v1.py passes and is benchmarked."}], "usage": make_usage(3000, 2000, 20, 5)}]
     run_dir = tmp_path / "run"

@@ -47,7 +47,7 @@ class Interval:
     ms: float  # the judge's clock over the batch (GPU: its events; CPU: the runner's cgroup CPU time); NaN on failure
     reply: dict  # the runner's answer: {"ok": True}, or a failure it reports (read by runners.claimed_failure)
     sample: Sample | None = None  # the outputs as they were at the end mark
-    wall_ms: float = math.nan  # CPU: the host clock over the same calls
+    wall_ms: float = math.nan  # CPU: the host clock over the same calls, less the runner's wait for a busy CPU
     inputs_s: float = 0.0  # the judge's time writing inputs and flushing caches
     freeze_s: float = 0.0  # the judge's time freezing the runner
     flush_s: float = 0.0  # CPU: the part of inputs_s the cache flush took (a GPU's flush is the device's time)
@@ -65,7 +65,7 @@ def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
     flusher.fill(batch & 0xFF)  # the caches hold nothing of either side when a call starts
     t3 = time.perf_counter()
     inputs_s, flush_s = t3 - t1, t3 - t2
-    before = handle.process.cpu_usec()
+    before, queued = handle.process.cpu_usec(), handle.process.queued_usec() + _own_queued_usec()
     handle.thaw()  # after the count is read: all it does from here on counts
     t0 = time.perf_counter()
     reply: dict = {"ok": True}
@@ -80,9 +80,22 @@ def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
     handle.freeze()  # the answer is in: what the runner did until it stopped is counted; nothing after it runs
     freeze_s += time.perf_counter() - t
     after = handle.process.cpu_usec()
+    # the time its threads (or the judge, which it waits on between calls) were ready to run but another process
+    # held the CPU is the machine's load, not waiting the runner chose (on a loaded machine it can hold an honest
+    # call's host clock at several times its CPU time: the cpu_idle check reads what is left)
+    waited = (handle.process.queued_usec() + _own_queued_usec() - queued) / 1e3
     sample = calls.take_sample(max(sets) + 1) if sets and not null else None
     ms = (after - before) / 1e3 if before is not None and after is not None else wall
-    return Interval(ms, reply, sample, wall, inputs_s, freeze_s, flush_s)
+    return Interval(ms, reply, sample, wall - waited, inputs_s, freeze_s, flush_s)
+
+
+def _own_queued_usec() -> int:
+    """This thread's time ready to run while the CPU was another's (the kernel's run-queue delay), 0 where unknown."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) // 1000
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, deadline: float,

@@ -246,6 +246,24 @@ class Cgroup:
         except (OSError, ValueError, IndexError):
             return None
 
+    def queued_usec(self) -> int:
+        """The time the cgroup's threads have spent runnable but waiting for a CPU that another process held (the
+        kernel's run-queue delay, /proc/<pid>/task/<tid>/schedstat), summed over the threads alive now: the part of
+        the host clock that is the machine's load, not the runner's waiting. A thread that ended takes its count
+        with it, which only leaves more of the host clock unexplained (never less)."""
+        total = 0
+        for pid in self.pids():
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1]) // 1000
+                except (OSError, ValueError, IndexError):
+                    pass
+        return total
+
     def freeze(self, frozen: bool) -> None:
         """Stop every process in the cgroup and wait until they are stopped (FreezeFailed after FREEZE_TIMEOUT_S); or
         let them go on (no wait: the runner answers nothing before it runs again)."""
@@ -634,6 +652,11 @@ class SandboxedProcess:
     def cpu_usec(self) -> int | None:
         """The runner's CPU time so far (its cgroup's), or None where it has no cgroup of its own."""
         return self.cgroup.cpu_usec() if self.cgroup is not None else None
+
+    def queued_usec(self) -> int:
+        """The runner's threads' time waiting for a CPU held by another process (see Cgroup.queued_usec); 0 where it
+        has no cgroup of its own."""
+        return self.cgroup.queued_usec() if self.cgroup is not None else 0
 
     def memory_bytes(self) -> int:
         """Resident memory of every process of the runner."""
