@@ -1,11 +1,13 @@
 """Run every solution of a flashinfer-bench dataset folder on its definition's workloads, in evoteam's
 harness (sandboxed, checked, timed against the definition's reference), and write the traces.
 
-    python -m evoteam.run_dataset DATASET [--definition NAME ...] [--hardware auto] [--traces OUT.jsonl]
+    python -m evoteam.run_dataset DATASET [--definition NAME ...] [--hardware auto] [--traces OUT.jsonl] [--fib-rule]
 
-Solutions in Python, Triton, C++ and CUDA (binding "torch") run; a solution the runner cannot build
-(another binding, another language) is recorded as a compile error with the reason. Exit code 1 when
-no workload of any solution passed, 2 for bad input.
+Solutions in Python, Triton, C++ and CUDA (binding "torch") run, destination-passing or value-returning;
+a solution the runner cannot build (another binding, another language) is recorded as a compile error with
+the reason. Outputs are judged by evoteam's rule (its tolerances and relative-norm bound) unless --fib-rule
+asks for flashinfer-bench's exactly; every trace records which. Exit code 1 when no workload of any
+solution passed, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int)
     p.add_argument("--reps", type=int)
     p.add_argument("--timeout", type=float, default=1800, help="seconds per solution")
+    p.add_argument("--fib-rule", action="store_true",
+                   help="judge every output by flashinfer-bench's rule (atol = rtol = 1e-2, no relative-norm bound): "
+                        "its verdicts exactly")
     return p.parse_args(argv)
 
 
@@ -51,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         for path in dataset.solutions(args.dataset, name):
             label = solution_label(path)
             print(f"{name}: {label} ({len(target.workloads)} workloads) on {hw.name}", flush=True)
-            request = target.request(path.resolve(), baseline="reference", warmup=args.warmup, reps=args.reps)
+            request = target.request(path.resolve(), baseline="reference", warmup=args.warmup, reps=args.reps,
+                                     fib_rule=args.fib_rule)
             for r in target.executor.evaluator(request, args.timeout).results:
                 speed = f" {r.speedup:.3f}x" if r.speedup else ""
                 print(f"  {r.uuid[:8]}: {r.status}{speed}{'' if r.speedup else ' ' + r.detail[:160]}", flush=True)

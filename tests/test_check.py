@@ -465,13 +465,14 @@ def test_json_and_correctness(toy):
     for result in (failed, passed):
         text = json.dumps(result.to_json(), allow_nan=False)
         back = CheckResult.from_json(json.loads(text))
-        assert back == result
+        assert back.to_json() == result.to_json()  # (NaN errors: NaN != NaN, so compared as written)
         corr = result.to_correctness()
         assert isinstance(corr, Correctness)
         json.dumps(corr.to_json(), allow_nan=False)
         assert set(corr.extra["rel_norm"]) == set(result.errors)
     assert failed.to_json()["failure"]["index"] == [0, 0]
     assert failed.to_correctness().extra["failure"]["check"] == "nan_inf"
+    assert math.isnan(failed.to_correctness().max_absolute_error)  # a NaN output's error is NaN, not 0.0
     assert passed.to_correctness().max_absolute_error == max(e.max_absolute_error for e in passed.errors.values())
 
 
@@ -618,3 +619,75 @@ def test_a_baselines_own_check_widens_only_the_element_wise_bounds():
     out["final_state"] += 2 * tol.max_rel_norm  # every element off by twice the relative-norm bound
     failure, _ = compare_with_reference(task, out, ref, 0, elementwise_factor=10.0)
     assert failure is not None and failure.check == "rel_norm"
+
+
+def _fib_passes(out: torch.Tensor, ref: torch.Tensor) -> bool:
+    """flashinfer-bench's verdict on one output (its DefaultEvaluator.check_correctness: any NaN or Inf fails, then
+    compute_error_stats at its BenchmarkConfig's defaults)."""
+    utils = pytest.importorskip("flashinfer_bench.bench.utils", reason="flashinfer-bench comes with `make test`")
+    from flashinfer_bench.bench.config import BenchmarkConfig
+
+    if bool(torch.isinf(out).any()) or bool(torch.isnan(out).any()):
+        return False
+    return not utils.compute_error_stats(out, ref, BenchmarkConfig())[2]
+
+
+def test_fib_rule_gives_flashinfer_benchs_verdict_where_evoteams_differs():
+    """KDA's final_state has atol 3e-2 in evoteam's rule: an element 2e-2 off passes there and fails
+    flashinfer-bench's rule (atol = rtol = 1e-2 for every output), as flashinfer-bench itself judges it."""
+    from evoteam.harness.check import compare_with_reference, rule_record
+
+    task = load_task("kda_prefill")
+    ref = {"o": torch.zeros(4, 2, 128, dtype=torch.bfloat16), "final_state": torch.full((1, 2, 128, 128), 1.0)}
+    out = {k: v.clone() for k, v in ref.items()}
+    out["final_state"][0, 1, 7, 3] = 1.02  # |err| 2e-2: within evoteam's atol 3e-2, past both of flashinfer-bench's
+    assert compare_with_reference(task, out, ref, 0)[0] is None
+    failure, _ = compare_with_reference(task, out, ref, 0, fib=True)
+    assert failure is not None and failure.check == "mismatch" and failure.index == (0, 1, 7, 3), failure
+    assert not _fib_passes(out["final_state"], ref["final_state"]) and _fib_passes(out["o"], ref["o"])
+    assert rule_record(task)["tolerances"]["final_state"] == {"atol": 3e-2, "rtol": 1e-2, "max_rel_norm": 1e-2}
+    assert rule_record(task, fib=True) == {"rule": "flashinfer-bench", "atol": 1e-2, "rtol": 1e-2}
+    # no relative-norm bound under flashinfer-bench's rule: every element of a small state 9e-3 off (within atol)
+    ref["final_state"].fill_(0.1)
+    out = {k: v.clone() for k, v in ref.items()}
+    out["final_state"] += 9e-3
+    assert compare_with_reference(task, out, ref, 0)[0].check == "rel_norm"
+    assert compare_with_reference(task, out, ref, 0, fib=True)[0] is None
+    assert _fib_passes(out["final_state"], ref["final_state"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fib_rules_verdict_is_flashinfer_benchs_element_by_element(dtype):
+    """Under fib_rule, each element's verdict is compute_error_stats's, at the bound too (both in float32), and
+    non-finite values are judged as flashinfer-bench judges them: any NaN or Inf in the output fails (a -inf equal
+    to the reference's too, which evoteam's rule passes), a finite output where the reference is not passes."""
+    from evoteam.harness.check import _compare_output
+    from evoteam.task import Tolerance
+    from evoteam.tolerance import FIB_TOLERANCE
+
+    gen = torch.Generator().manual_seed(11)
+    ref = torch.cat([torch.rand(2000, generator=gen) * 4 - 2, torch.rand(500, generator=gen) * 1e-3,
+                     torch.zeros(20)]).to(dtype)
+    noise = (torch.rand(ref.shape, generator=gen) * 2 - 1) * (0.012 + 0.012 * ref.float().abs())
+    out = (ref.float() + noise).to(dtype)
+    # at the bound: |err| just past 1e-2 in float64, not in flashinfer-bench's float32 arithmetic (it passes them)
+    edge = torch.tensor([[-0.004400730133056641, 0.005599270109087229], [-0.013297557830810547, -0.0032975575886666775],
+                         [-0.008830547332763672, 0.0011694526765495539]])
+    if dtype == torch.float32:
+        ref[-3:], out[-3:] = edge[:, 0], edge[:, 1]
+        assert _compare_output("x", out[-3:], ref[-3:], FIB_TOLERANCE, 0)[0].count == 3  # evoteam's arithmetic
+    here = [_compare_output("x", out[i:i + 1], ref[i:i + 1], FIB_TOLERANCE, 0, fib=True)[0] is None
+            for i in range(len(ref))]
+    there = [_fib_passes(out[i:i + 1], ref[i:i + 1]) for i in range(len(ref))]
+    assert 0 < sum(here) < len(ref) and here == there
+    whole = _compare_output("x", out, ref, FIB_TOLERANCE, 0, fib=True)[0]
+    assert (whole is None) == _fib_passes(out, ref)
+    tol = Tolerance(1e-2, 1e-2, 1e-2)
+    cases = [(-math.inf, -math.inf, True, False), (math.inf, 1.0, False, False), (math.nan, math.nan, True, False),
+             (0.5, math.inf, False, True), (0.5, math.nan, False, True)]
+    for seen, expected, evoteam_passes, fib_passes in cases:
+        o, r = torch.tensor([seen, 1.0], dtype=dtype), torch.tensor([expected, 1.0], dtype=dtype)
+        assert (_compare_output("x", o, r, tol, 0)[0] is None) == evoteam_passes, (seen, expected)
+        failure = _compare_output("x", o, r, FIB_TOLERANCE, 0, fib=True)[0]
+        assert (failure is None) == fib_passes == _fib_passes(o, r), (seen, expected, failure)
+        assert failure is None or failure.check == "nan_inf"

@@ -243,10 +243,11 @@ class CallSets:
                     return f"{name}: {count} of {out.numel()} elements never written (call {j} of the batch)"
         return None
 
-    def verify(self, j: int, trial: int, elementwise_factor: float = 1.0):
-        """Every output element of set j against the reference computed from the judge's copy."""
+    def verify(self, j: int, trial: int, elementwise_factor: float = 1.0, fib: bool = False):
+        """Every output element of set j against the reference computed from the judge's copy (`fib`: by
+        flashinfer-bench's rule)."""
         reference = self.task.reference(self.pristine[j])
-        return compare_with_reference(self.task, self.outputs[j], reference, trial, elementwise_factor)
+        return compare_with_reference(self.task, self.outputs[j], reference, trial, elementwise_factor, fib)
 
     def inputs_unchanged(self, sets: list[int], trial: int):
         end = self._in_end(sets)

@@ -6,7 +6,9 @@ The judge writes the sources into a folder the runner sees read-only at /candida
 or compiles them there (compiled artefacts go to its cache folder, which is keyed by `digest`, so the
 same sources compile once). Calling conventions: a bare Python file is called with keywords,
 `entry(**inputs, **outputs)` (evoteam's brief); a Solution positionally, inputs then outputs in the
-definition's order (flashinfer-bench's destination-passing convention).
+definition's order (flashinfer-bench's destination-passing convention), or, where its spec says
+`destination_passing_style: false`, with the inputs alone: the runner copies what it returns into the
+judge's output buffers within the call (`runner.deliver`), so every check of the outputs is the same.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def solution_of_path(path: str | Path, definition: str = "", name: str | None = 
 class Candidate:
     solution: Solution
     keywords: bool  # called with keywords (a bare Python file) or positionally (a Solution)
+    returns: bool = False  # value-returning: called with the inputs alone; what it returns are the outputs
 
     @classmethod
     def from_path(cls, path: str | Path, entry: str = "run") -> Candidate:
@@ -76,14 +79,11 @@ class Candidate:
         if spec.language in COMPILED and (spec.binding or "tvm-ffi") != "torch":
             raise CandidateError(f"solution {solution.name}: binding {spec.binding or 'tvm-ffi (the default)'!r} is "
                                  f"not built here; give \"binding\": \"torch\" (torch's C++/CUDA extension loader)")
-        if not spec.destination_passing_style:
-            raise CandidateError(f"solution {solution.name}: only destination-passing solutions are run (outputs are "
-                                 f"the judge's buffers); set destination_passing_style true and write into them")
         for source in solution.sources:
             p = Path(source.path)
             if p.is_absolute() or ".." in p.parts:
                 raise CandidateError(f"solution {solution.name}: source path {source.path!r} leaves its folder")
-        return cls(solution, keywords=False)
+        return cls(solution, keywords=False, returns=not spec.destination_passing_style)
 
     @property
     def language(self) -> str:
@@ -130,4 +130,4 @@ class Candidate:
         """The runner's load request, the sources under `root` as the runner sees them."""
         return {"op": "load", "kind": "candidate", "path": f"{root}/{self.entry_file}", "entry": self.symbol,
                 "language": self.language, "root": root, "compile": self.compiled_sources(),
-                "name": f"candidate_{self.digest}", "keywords": self.keywords}
+                "name": f"candidate_{self.digest}", "keywords": self.keywords, "returns": self.returns}

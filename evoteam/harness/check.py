@@ -12,11 +12,13 @@ families' own tests). The rules, for untrusted kernels that take any shortcut le
 * Inputs are compared bit for bit (through integer views, so NaN payloads and -0.0 count) with that
   copy after every call.
 * Return values are ignored: the convention is destination-passing (`entry(**inputs, **outputs)`
-  writes into the outputs). Only what is in the buffers counts.
+  writes into the outputs). Only what is in the buffers counts. (A value-returning Solution's runner
+  copies what it returns into the buffers within the call: `runner.deliver`; the same checks follow.)
 
 Checks, in order, the first failure ends the check (`CheckFailure.check`, a `Status` value):
   exception        the kernel raised (type, message and a short traceback tail)
-  output_replaced  (in-process only) an output tensor object was re-pointed/resized/re-typed
+  output_replaced  (in-process only) an output tensor object was re-pointed/resized/re-typed; in the
+                   judge, a value-returning solution returned the wrong count, shape or dtype
   input_modified   an input differs, bit for bit, from the judge's copy
   unwritten        an output element still holds the poison pattern
   nan_inf          a NaN where the reference is not NaN, or an Inf where the reference is not
@@ -30,6 +32,11 @@ Checks, in order, the first failure ends the check (`CheckFailure.check`, a `Sta
 Tolerances come from `task.tolerance(output)`; integer and bool outputs without an override must
 match exactly. The recorded errors are flashinfer-bench's: max |out - ref| and max |out - ref| /
 (|ref| + 1e-8), Infinity when the output holds an Inf the reference does not, else NaN for a NaN.
+
+Under flashinfer-bench's rule (`fib=True`, EvalRequest.fib_rule) every output is judged as
+flashinfer-bench judges it instead, so the verdict is its verdict: atol = rtol = 1e-2 whatever the
+dtype, computed in float32 as it computes them, no relative-norm bound, any NaN or Inf in an output
+fails (nan_inf). The poison and the inputs are checked as ever.
 
 Deliberately more than flashinfer-bench checks: poisoned outputs (unwritten), inputs unchanged, the
 relative norm, fresh inputs per trial and per timed call. Deliberately different: a non-finite output
@@ -51,6 +58,7 @@ import torch
 
 from evoteam.schema import Correctness, Workload, json_float
 from evoteam.task import Task, Tolerance
+from evoteam.tolerance import FIB_TOLERANCE, RULE_EVOTEAM, RULE_FIB
 
 MIN_TRIALS = 3
 
@@ -174,6 +182,15 @@ class CheckFailure:
                    count=int(obj["count"]), detail=obj["detail"])
 
 
+def worst(*errors: float) -> float:
+    """The largest error, a non-finite one kept (max(0.0, nan) is 0.0 in Python): Inf first, else NaN."""
+    if any(math.isinf(e) for e in errors):
+        return math.inf
+    if any(math.isnan(e) for e in errors):
+        return math.nan
+    return max(errors, default=0.0)
+
+
 @dataclass
 class OutputError:
     """Errors of one output, worst over the trials compared, over elements finite in both."""
@@ -183,9 +200,9 @@ class OutputError:
     rel_norm: float = 0.0  # ||out - ref||_2 / ||ref||_2 over finite reference elements
 
     def update(self, other: OutputError) -> None:
-        self.max_absolute_error = max(self.max_absolute_error, other.max_absolute_error)
-        self.max_relative_error = max(self.max_relative_error, other.max_relative_error)
-        self.rel_norm = max(self.rel_norm, other.rel_norm)
+        self.max_absolute_error = worst(self.max_absolute_error, other.max_absolute_error)
+        self.max_relative_error = worst(self.max_relative_error, other.max_relative_error)
+        self.rel_norm = worst(self.rel_norm, other.rel_norm)
 
     def to_json(self) -> dict:
         return {"max_absolute_error": json_float(self.max_absolute_error),
@@ -209,7 +226,7 @@ class CheckResult:
 
     @property
     def max_rel_norm(self) -> float:
-        return max((e.rel_norm for e in self.errors.values()), default=0.0)
+        return worst(*(e.rel_norm for e in self.errors.values()))
 
     def summary(self) -> str:
         if self.passed:
@@ -237,8 +254,8 @@ class CheckResult:
         """The schema's Correctness: worst errors over outputs; per-output details in `extra`."""
         max_rel_norm = self.max_rel_norm
         return Correctness(
-            max_relative_error=max((e.max_relative_error for e in self.errors.values()), default=0.0),
-            max_absolute_error=max((e.max_absolute_error for e in self.errors.values()), default=0.0),
+            max_relative_error=worst(*(e.max_relative_error for e in self.errors.values())),
+            max_absolute_error=worst(*(e.max_absolute_error for e in self.errors.values())),
             extra={
                 "max_rel_norm": json_float(max_rel_norm),
                 "rel_norm": {k: json_float(v.rel_norm) for k, v in self.errors.items()},
@@ -310,8 +327,9 @@ class _Found:
 
 
 def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
-                    trial: int) -> tuple[CheckFailure | None, OutputError]:
-    """All checks of one output in one pass over chunks; the failure of the first check in order."""
+                    trial: int, fib: bool = False) -> tuple[CheckFailure | None, OutputError]:
+    """All checks of one output in one pass over chunks; the failure of the first check in order. `fib`: by
+    flashinfer-bench's rule (its arithmetic in float32, every non-finite output element failing)."""
     shape = tuple(out.shape)
     dev = _compare_device(out.device)
     is_float = out.dtype.is_floating_point
@@ -328,16 +346,17 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
     max_abs = max_rel = diff_sq = ref_sq = 0.0
     bad_infs = 0
     n = out_flat.numel()
+    work = torch.float32 if fib else torch.float64  # flashinfer-bench's precision: its verdict at the bound too
     chunk = CPU_CHUNK_ELEMENTS if dev.type == "cpu" else DEVICE_CHUNK_ELEMENTS
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
         bits = out_bits[start:stop].to(dev)
-        r = ref_flat[start:stop].to(dev, torch.float64)
+        r = ref_flat[start:stop].to(dev, work)
         if out.dtype == torch.bool:
             # Poison bytes are not valid bools: compare through the byte view.
-            o = (bits != 0).to(torch.float64)
+            o = (bits != 0).to(work)
         else:
-            o = out_flat[start:stop].to(dev, torch.float64)
+            o = out_flat[start:stop].to(dev, work)
         unwritten = bits == poison
         if poison_value is not None:
             unwritten &= r != poison_value  # the reference's own value there is not "unwritten"
@@ -350,17 +369,25 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
             mismatch = (d > tol.atol) & (rel > tol.rtol)
         else:
             r_fin, o_fin = torch.isfinite(r), torch.isfinite(o)
-            bad_inf = torch.isinf(o) & (o != r)
-            nan_inf = (torch.isnan(o) & ~torch.isnan(r)) | bad_inf
+            if fib:
+                # flashinfer-bench fails any non-finite output; its element mask compares NaN as false, so a finite
+                # output where the reference is not finite is not counted there (nor here under its rule)
+                bad_inf, nan_inf = torch.isinf(o), ~o_fin
+                mismatch = (d > tol.atol) & (d / (r_abs + REL_EPS) > tol.rtol)
+            else:
+                bad_inf = torch.isinf(o) & (o != r)
+                nan_inf = (torch.isnan(o) & ~torch.isnan(r)) | bad_inf
             d.masked_fill_(~both, 0.0)
             r_abs.masked_fill_(~r_fin, 0.0)
             rel = d / (r_abs + REL_EPS)
-            mismatch = (both & (d > tol.atol) & (rel > tol.rtol)) | (~r_fin & o_fin)
+            if not fib:
+                mismatch = (both & (d > tol.atol) & (rel > tol.rtol)) | (~r_fin & o_fin)
         masks = {"unwritten": unwritten, "nan_inf": nan_inf, "mismatch": mismatch}
         # One device-to-host transfer per chunk.
         stats = torch.stack([unwritten.sum(dtype=torch.float64), nan_inf.sum(dtype=torch.float64),
-                             mismatch.sum(dtype=torch.float64), d.max(), rel.max(),
-                             (d * d).sum(), (r_abs * r_abs).sum(), bad_inf.sum(dtype=torch.float64)]).tolist()
+                             mismatch.sum(dtype=torch.float64), d.max().double(), rel.max().double(),
+                             (d * d).sum(dtype=torch.float64), (r_abs * r_abs).sum(dtype=torch.float64),
+                             bad_inf.sum(dtype=torch.float64)]).tolist()
         max_abs, max_rel = max(max_abs, stats[3]), max(max_rel, stats[4])
         diff_sq += stats[5]
         ref_sq += stats[6]
@@ -417,6 +444,26 @@ def _tolerance(task: Task, name: str) -> Tolerance:
                            f"set TOLERANCES[{name!r}] in its task.py") from None
 
 
+def output_tolerance(task: Task, name: str, fib: bool = False) -> Tolerance:
+    """The tolerance an output is judged by: flashinfer-bench's for every output under its rule, else the task's."""
+    return FIB_TOLERANCE if fib else _tolerance(task, name)
+
+
+def rule_record(task: Task, fib: bool = False) -> dict:
+    """The pass rule as results and traces record it (WorkloadResult.rule): flashinfer-bench's, or evoteam's with
+    each output's tolerances (every one differs from flashinfer-bench's, by its relative-norm bound at least)."""
+    if fib:
+        return {"rule": RULE_FIB, "atol": FIB_TOLERANCE.atol, "rtol": FIB_TOLERANCE.rtol}
+    tolerances = {}
+    for name in task.definition.outputs:
+        try:
+            tol = _tolerance(task, name)
+        except RuntimeError:
+            continue  # none for this output: its check fails as the harness's error, with the reason
+        tolerances[name] = {"atol": tol.atol, "rtol": tol.rtol, "max_rel_norm": tol.max_rel_norm}
+    return {"rule": RULE_EVOTEAM, "tolerances": tolerances}
+
+
 def _allocate_outputs(task: Task, workload: Workload, inputs: dict[str, Any],
                       device: torch.device) -> dict[str, torch.Tensor]:
     shapes = task.output_shapes(workload, inputs)
@@ -434,10 +481,11 @@ def poison_outputs(outputs: dict[str, torch.Tensor]) -> None:
 
 
 def compare_with_reference(task: Task, outputs: dict[str, torch.Tensor], reference: dict[str, Any],
-                           trial: int, elementwise_factor: float = 1.0) -> tuple[CheckFailure | None, dict[str, OutputError]]:
+                           trial: int, elementwise_factor: float = 1.0,
+                           fib: bool = False) -> tuple[CheckFailure | None, dict[str, OutputError]]:
     """Every output against the reference: the failure that comes first in check order, and the errors.
     `elementwise_factor` widens atol and rtol (never the relative-norm bound): only for a library baseline's own
-    output (`Baseline.own_check_factor`), never for a candidate's."""
+    output (`Baseline.own_check_factor`), never for a candidate's. `fib`: by flashinfer-bench's rule."""
     errors: dict[str, OutputError] = {}
     first: CheckFailure | None = None
     for name, out in outputs.items():
@@ -447,11 +495,11 @@ def compare_with_reference(task: Task, outputs: dict[str, torch.Tensor], referen
         if tuple(ref.shape) != tuple(out.shape):
             raise RuntimeError(f"task {task.name}: reference output {name} has shape {tuple(ref.shape)}, "
                                f"the definition gives {tuple(out.shape)}")
-        tol = _tolerance(task, name)
+        tol = output_tolerance(task, name, fib)
         if elementwise_factor != 1.0:
             tol = Tolerance(atol=tol.atol * elementwise_factor, rtol=tol.rtol * elementwise_factor,
                             max_rel_norm=tol.max_rel_norm)
-        failure, err = _compare_output(name, out, ref, tol, trial)
+        failure, err = _compare_output(name, out, ref, tol, trial, fib)
         errors[name] = err
         if failure is not None and (first is None or _CHECK_ORDER[failure.check] < _CHECK_ORDER[first.check]):
             first = failure  # an earlier check in order on a later output wins

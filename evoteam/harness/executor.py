@@ -176,6 +176,7 @@ def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_
     each workload (compilation included), `total_timeout_s` the whole evaluation. Should the judge
     itself die (its container killed for memory, say), the workload it was on fails and a new judge
     takes the rest."""
+    from evoteam.harness.check import rule_record
     from evoteam.task import load_task
 
     if timeout_s is not None:
@@ -189,7 +190,10 @@ def evaluate(request: EvalRequest, *, executor: Executor | None = None, timeout_
     deadline = time.monotonic() + total_timeout_s if total_timeout_s else None
     started, judge_phases = time.monotonic(), []
 
+    rule = rule_record(task, request.fib_rule)
+
     def record(result: WorkloadResult) -> None:
+        result.rule = result.rule or rule  # also on what the judge did not say (it was killed, or died)
         results[result.uuid] = result
         if on_result:
             on_result(result)

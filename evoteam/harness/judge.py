@@ -53,7 +53,7 @@ from evoteam.harness import cache_flush, interval, scan, scratch, timing
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.calls import CallSets
 from evoteam.harness.candidate import Candidate, CandidateError
-from evoteam.harness.check import CheckResult, OutputError
+from evoteam.harness.check import CheckResult, OutputError, rule_record
 from evoteam.harness.model import EvalRequest, EvalResult, Status, TimingMode, WorkloadResult
 from evoteam.harness.runners import RunnerFault, RunnerHandle, claimed_failure
 from evoteam.harness.sandbox import SandboxSpec
@@ -128,6 +128,7 @@ class Judge:
         self.request, self.hw = request, hw
         self.on_start, self.on_result = on_start, on_result
         self.task = load_task(request.task)
+        self.rule = rule_record(self.task, request.fib_rule)  # what every result records it was judged by
         self.device = "cuda:0" if hw.is_gpu else "cpu"
         self.secret = request.seed if request.seed is not None else secrets.randbits(63)
         self.workdir = scratch.make("judge")
@@ -246,7 +247,7 @@ class Judge:
                                                        f"{str(exc).splitlines()[0] if str(exc) else ''}")
                 if unusable is not None:
                     result = WorkloadResult(uuid=uuid, status=unusable.status, detail=unusable.detail)
-                result.device = self.device_name
+                result.device, result.rule = self.device_name, self.rule
                 results.append(result)
                 self.on_result(result)
         finally:
@@ -580,7 +581,7 @@ class Judge:
             return failure
         for j in verify:
             t = time.perf_counter()
-            failure, errs = calls.verify(j, trial)
+            failure, errs = calls.verify(j, trial, fib=self.request.fib_rule)
             self.reference_s = max(self.reference_s, time.perf_counter() - t)
             if errors is not None:
                 for name, err in errs.items():
@@ -818,6 +819,7 @@ class Judge:
                     if side == "baseline" and not baseline_checked:
                         baseline_checked = True
                         factor = baseline_check_factor(self.request.baseline)
+                        # by evoteam's rule whatever the candidate's: whether the baseline's time is a reference
                         failure, _errors = calls_b.verify(0, rnd, factor)
                         if failure is not None:
                             widened = f" at {factor:g}x the element-wise tolerance" if factor != 1.0 else ""
@@ -928,8 +930,8 @@ class Judge:
             result.floor_ms = physical_floor_ms(min_bytes, self.hw.peak_memory_bandwidth_tbs)
             if result.candidate_ms > 0:
                 result.bandwidth_tbs = min_bytes / (result.candidate_ms * 1e-3) / 1e12
-            if result.floor_ms and 0 < result.candidate_ms < result.floor_ms:
-                result.flags.append(f"faster_than_floor: {result.candidate_ms:.4g} ms < physical floor "
+            if result.floor_ms and 0 < measured < result.floor_ms:
+                result.flags.append(f"faster_than_floor: {measured:.4g} ms < physical floor "
                                     f"{result.floor_ms:.4g} ms")
         if self.hw.is_gpu and self.kernel_names is None:
             try:

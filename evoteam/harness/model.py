@@ -21,7 +21,9 @@ class Status(str, Enum):
     REJECTED = "rejected"  # the static scan refused the source before anything ran
     COMPILE_ERROR = "compile_error"  # the candidate does not load (syntax, import, no entry point)
     EXCEPTION = "exception"  # the candidate raised
-    OUTPUT_REPLACED = "output_replaced"  # an output tensor object was re-pointed or resized
+    # an output tensor object was re-pointed or resized; a value-returning solution returned the wrong count,
+    # shape or dtype of outputs
+    OUTPUT_REPLACED = "output_replaced"
     INPUT_MODIFIED = "input_modified"  # an input differs, bit for bit, from what was given
     UNWRITTEN = "unwritten"  # an output element still holds the poison pattern
     NAN_INF = "nan_inf"  # NaN or Inf where the reference has a finite value
@@ -109,6 +111,9 @@ class EvalRequest:
     # round times the baseline, the candidate twice, and the protocol alone
     reps: int = 30
     check_only: bool = False
+    # judge every output by flashinfer-bench's rule exactly (atol = rtol = 1e-2, no relative-norm bound, any NaN or
+    # Inf fails: check.py), so the verdict is flashinfer-bench's; else evoteam's (tolerance.py, the task's overrides)
+    fib_rule: bool = False
     use_baseline_cache: bool = False  # take the baseline's time from the cache where it has one
     static_scan: bool = True  # the first, fast filter; no guarantee depends on it
     sandbox: str = "strict"  # strict: refuse where a sandbox layer is missing; weak: run, and record what is missing
@@ -136,6 +141,9 @@ class WorkloadResult:
     flags: list[str] = field(default_factory=list)  # findings that stop the time from counting
     kernels: list[str] = field(default_factory=list)  # kernel names the candidate launched (as it reported)
     correctness: dict = field(default_factory=dict)
+    # the pass rule the outputs were judged by, as traces record it (check.rule_record): {"rule": "evoteam",
+    # "tolerances": {output: {atol, rtol, max_rel_norm}}} or {"rule": "flashinfer-bench", "atol", "rtol"}
+    rule: dict = field(default_factory=dict)
     calls_checked: int = 0  # calls whose every output element was compared with the reference
     calls_timed: int = 0
     device: str = ""  # the device it ran on, named as flashinfer-bench names it ("NVIDIA H200", a CPU's model)

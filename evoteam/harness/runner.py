@@ -3,7 +3,8 @@ else of an evaluation. `python -m evoteam.harness.runner FD` talks to the judge 
 FD; the judge starts it in the sandbox (`evoteam.harness.sandbox`).
 
 It maps the buffers the judge shares (inputs, outputs, a page of flag words), calls the entry point
-`entry(**inputs, **outputs)` on the judge's request and, on a GPU, orders its work with the flag
+`entry(**inputs, **outputs)` on the judge's request (a value-returning solution with the inputs alone, what it
+returns copied into the outputs within the call: `deliver`) and, on a GPU, orders its work with the flag
 words: a batch of calls is enqueued behind the judge's release word and ends by writing the done
 word, so the judge's clock sees the device work and nothing of this process's host side. Nothing
 this process says or does is believed: the judge times, checks and decides. It imports neither the
@@ -46,7 +47,48 @@ def _compiler_detail(exc: BaseException) -> str:
     return f"{type(exc).__name__}: " + "\n".join(errors + ["..."] + text.splitlines()[-8:])[-3000:]
 
 
+class WrongOutputs(Exception):
+    """A value-returning solution returned what its outputs cannot be (their count, a shape, a dtype)."""
+
+
+def _returned(value: Any, names: list[str]) -> list[Any]:
+    """What a value-returning solution returned, one value per output in the definition's order: as flashinfer-bench
+    takes it, a tensor (or scalar) for a single output, a tuple or list in the definition's order, a dict by name."""
+    if isinstance(value, dict):
+        missing = [n for n in names if n not in value]
+        if missing:
+            raise WrongOutputs(f"the returned dict has no output {missing[0]!r} (outputs: {', '.join(names)})")
+        return [value[n] for n in names]
+    if isinstance(value, (tuple, list)):
+        if len(value) != len(names):
+            raise WrongOutputs(f"returned {len(value)} values for {len(names)} outputs ({', '.join(names)})")
+        return list(value)
+    if len(names) != 1:
+        raise WrongOutputs(f"returned one {type(value).__name__} for {len(names)} outputs ({', '.join(names)})")
+    return [value]
+
+
+def deliver(value: Any, outputs: dict[str, torch.Tensor]) -> None:
+    """What a value-returning solution returned, copied into the judge's output buffers (part of the call, so part of
+    its time, as its allocation is in flashinfer-bench's). A value of another shape or dtype is refused, never
+    broadcast or converted (copy_ would do both); a scalar becomes a tensor of the output's dtype, as there."""
+    for (name, out), v in zip(outputs.items(), _returned(value, list(outputs))):
+        if not isinstance(v, torch.Tensor):
+            try:
+                v = torch.tensor(v, dtype=out.dtype, device=out.device)
+            except (TypeError, ValueError, RuntimeError):
+                raise WrongOutputs(f"output {name}: returned a {type(v).__name__}, not a tensor") from None
+        if tuple(v.shape) != tuple(out.shape):
+            raise WrongOutputs(f"output {name}: returned shape {tuple(v.shape)}, the definition's is {tuple(out.shape)}")
+        if v.dtype != out.dtype:
+            raise WrongOutputs(f"output {name}: returned dtype {v.dtype}, the definition's is {out.dtype}")
+        with torch.no_grad():
+            out.copy_(v)
+
+
 def _failure(exc: BaseException) -> dict:
+    if isinstance(exc, WrongOutputs):  # as a destination-passing solution's replaced output is judged
+        return {"ok": False, "status": "output_replaced", "detail": f"WrongOutputs: {exc}"}
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return {"ok": False, "status": "out_of_memory", "detail": _detail(exc), "fatal": True}
     fatal = any(m in str(exc) for m in FATAL_CUDA_MARKERS) and torch.cuda.is_available()
@@ -58,6 +100,7 @@ class Runner:
         self.channel = channel
         self.fn: Callable[..., Any] | None = None
         self.keywords = True  # entry(**inputs, **outputs); a Solution is called positionally
+        self.returns = False  # a value-returning Solution: entry(*inputs), its result delivered into the outputs
         self.baseline = None
         self.task = None
         self.mapped: MappedBuffers | None = None
@@ -109,6 +152,7 @@ class Runner:
         if msg["kind"] == "candidate":
             path = msg["path"]
             self.keywords = msg.get("keywords", True)
+            self.returns = msg.get("returns", False)
             if msg.get("compile"):
                 return self._build(msg)
             try:
@@ -158,6 +202,9 @@ class Runner:
             fn = self.fn
             if self.keywords:
                 self.calls = [lambda i=inputs, o=outputs: fn(**i, **o) for inputs, outputs in self.sets]
+            elif self.returns:  # inputs in the definition's order; the copy is captured with the call in graph mode
+                args = [tuple(inputs.values()) for inputs, _ in self.sets]
+                self.calls = [lambda a=a, o=outputs: deliver(fn(*a), o) for a, (_, outputs) in zip(args, self.sets)]
             else:  # a Solution: inputs then outputs, in the definition's order (the judge sends them so)
                 args = [(*inputs.values(), *outputs.values()) for inputs, outputs in self.sets]
                 self.calls = [lambda a=a: fn(*a) for a in args]
