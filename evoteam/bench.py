@@ -55,7 +55,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--use-baseline-cache", action="store_true", help="take cached baseline times where present")
     p.add_argument("--traces", type=Path, help="append FlashInfer-Trace lines here")
     p.add_argument("--json", type=Path, help="write the full report here")
-    p.add_argument("--label", default=None, help="the candidate's name in the table and traces")
+    p.add_argument("--label", default=None, help="the candidate's name in the table (traces name a kernel file by its "
+                   "task and content, <task>_evoteam_<hash>, a solution JSON by its own name)")
     p.add_argument("--executor", choices=["local", "docker", "auto"], default="local",
                    help="the judge on this machine (default), in the target's container through the Docker API, or "
                         "auto: the container where an engine has the target's image, else here")
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from evoteam.harness.candidate import solution_label
     from evoteam.harness.executor import evaluate
     from evoteam.target import Target, baseline_options
-    from evoteam.trace_writer import to_trace
+    from evoteam.trace_writer import solution_name_of_file, to_trace
 
     solution = Path(args.solution)
     if not solution.is_file():
@@ -86,14 +87,17 @@ def run(args: argparse.Namespace) -> int:
                             timing_mode=args.timing, executor=args.executor, executor_cfg=executor_cfg)
     task, hw, workloads, labels, by_uuid = target.task, target.hw, target.workloads, target.labels, target.by_uuid
     name = args.label or solution_label(solution)
+    # unique across tasks and tied to the content, so that an export finds the one source the traces were measured with
+    traced = solution_name_of_file(task.name, solution)
     request = target.request(solution.resolve(), entry=args.entry, trials=args.trials, seed=args.seed,
                              second_figure=not args.no_second_figure, baseline=args.baseline,
                              baseline_options=baseline_options(args.baseline_option), warmup=args.warmup,
                              reps=args.reps, check_only=args.check_only, use_baseline_cache=args.use_baseline_cache,
                              static_scan=not args.no_static_scan, sandbox=args.sandbox,
                              workload_timeout_s=args.timeout)
+    naming = f"; traces name it {traced}" if args.traces else ""
     print(f"evoteam.bench: {name} on {target.describe()}; baseline {args.baseline} {request.baseline_options or ''}; "
-          f"seed {'secret' if args.seed is None else args.seed}", flush=True)
+          f"seed {'secret' if args.seed is None else args.seed}{naming}", flush=True)
     done = {"n": 0}
 
     def progress(result) -> None:
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{done['n']}/{len(workloads)}] {result.uuid[:8]} {labels[result.uuid]}: {result.status}{speed}",
               flush=True)
         if args.traces:
-            append_traces(args.traces, [to_trace(task.definition.name, by_uuid[result.uuid], name, result, hw.name)])
+            append_traces(args.traces, [to_trace(task.definition.name, by_uuid[result.uuid], traced, result, hw.name)])
 
     started = time.monotonic()
     outcome = evaluate(request, executor=target.executor.evaluator, on_result=progress)

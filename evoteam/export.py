@@ -10,10 +10,26 @@ The folder is laid out as flashinfer-bench's `TraceSet.from_path` expects:
     solutions/<op_type>/<definition>/<name>.json     one for every solution a trace names
     traces/<op_type>/<definition>.jsonl
     blob/workloads/<op_type>/<definition>/<uuid>.safetensors
-                                                     the index tensors each workload uses, as evoteam
-                                                     makes them; its safetensors inputs point here
-Traces carry their workload; the same uuid is rewritten the same way in both files. Exporting into a
-folder that holds a dataset adds to it (a line already there is not written twice).
+                                                     the tensors of each workload as evoteam makes them: its index
+                                                     tensors and the inputs whose distribution flashinfer-bench's
+                                                     "random" does not describe (a task's BLOB_INPUTS); the
+                                                     workload's inputs point here
+
+Names and identities:
+  solutions  named as bench names them in its traces: a kernel file by its task and content
+             (trace_writer.solution_name), a solution JSON by its own name. `--solution PATH` is the source of the
+             traces that name it so; `--solution NAME=PATH` of the traces that name NAME (older bench traces name a
+             file by its stem), exported under its content name. A name is one solution in the whole dataset: two
+             different solutions of one name, or one that differs from the file of its name already in the folder,
+             are refused before anything is written.
+  workloads  a workload that carries a published uuid while its data are evoteam's own (a task's
+             `regenerated_from`: MLA's index tensors) is exported under a uuid of its own (uuid5 of the published
+             one), with the published uuid in "origin" (not a FlashInfer-Trace field; flashinfer-bench ignores it).
+             Traces carry their workload; it is rewritten the same way in both files.
+  checks     a check-only trace (bench --check-only) has evaluation null and its verdict in "check", as
+             trace_writer.to_trace writes it: flashinfer-bench requires performance of a PASSED evaluation.
+Exporting into a folder that holds a dataset adds to it (a line already there is not written twice) and changes
+nothing there: a workload or solution there that differs from the export's is refused.
 """
 
 from __future__ import annotations
@@ -21,86 +37,168 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from evoteam.blobs import write_safetensors
 from evoteam.errors import UserError, exit_code_of
 from evoteam.harness.candidate import CandidateError, solution_of_path
-from evoteam.schema import SchemaError, Solution, Trace, Workload, load_traces
+from evoteam.schema import InputSpec, SchemaError, Solution, Trace, Workload, load_traces, read_jsonl
 from evoteam.task import SCALES, Task, available_tasks, load_task
+from evoteam.trace_writer import non_finite_errors, solution_name_of_file
+
+# The namespace of the uuids an export gives workloads whose data evoteam made anew for a published uuid
+REGENERATED = uuid.uuid5(uuid.NAMESPACE_URL, "evoteam/export/regenerated-workload-data")
+
+
+# ---------------------------------------------------------------- a workload as exported
+
+
+def published_uuid(task: Task, workload: Workload) -> str | None:
+    """The published workload whose data the task makes anew for this one (its `regenerated_from`), if any."""
+    fn = getattr(task.module, "regenerated_from", None)
+    return None if fn is None else fn(workload)
+
+
+def exported_uuid(task: Task, workload: Workload) -> str:
+    """The workload's uuid in an export: one of its own where it carries a published uuid but evoteam's data (the
+    published uuid names the published data)."""
+    if published_uuid(task, workload) == workload.uuid:
+        return str(uuid.uuid5(REGENERATED, workload.uuid))
+    return workload.uuid
+
+
+def blob_inputs(task: Task, workload: Workload) -> list[str]:
+    """The inputs an export gives as blobs: the workload's safetensors inputs, and the task's BLOB_INPUTS (random in
+    its workloads, but from distributions of the task's own)."""
+    own = getattr(task.module, "BLOB_INPUTS", ())
+    return [n for n, spec in workload.inputs.items() if spec.type == "safetensors" or (spec.type == "random" and n in own)]
+
+
+def blob_tensors(task: Task, workload: Workload, names: list[str]) -> dict[str, Any]:
+    """Those inputs as the task makes them (its module's blob_tensors)."""
+    tensors = task.module.blob_tensors(workload) if hasattr(task.module, "blob_tensors") else {}
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise RuntimeError(f"task {task.name}: blob_tensors gave no {missing} for workload {workload.uuid}")
+    return {n: tensors[n] for n in names}
+
+
+def _core(workload: dict) -> dict:
+    """A workload JSON without what the format does not define (what flashinfer-bench reads of it)."""
+    return Workload.from_json(workload).to_json()
+
+
+def _identity(solution: dict) -> str:
+    """What makes two solution JSONs one kernel: definition, build spec (but the hardware it ran on) and sources."""
+    try:
+        solution = Solution.from_json(solution).to_json()  # the defaults filled in, as flashinfer-bench reads it
+    except (SchemaError, KeyError, TypeError):
+        pass
+    spec = {k: v for k, v in solution.get("spec", {}).items() if k != "target_hardware"}
+    return json.dumps([solution.get("definition"), spec, solution.get("sources")], sort_keys=True)
+
+
+# ---------------------------------------------------------------- the folder
 
 
 class Dataset:
-    """An export folder being written."""
+    """An export folder: what it holds and what this export adds to it, all checked before anything is written."""
 
     def __init__(self, root: Path):
         self.root = root
         self.counts = {"definitions": 0, "workloads": 0, "solutions": 0, "traces": 0, "blobs": 0}
-        self._workloads: dict[str, set[str]] = {}  # definition -> uuids written
-        self._solutions: dict[str, str] = {}  # name -> content digest
-        self._traces: dict[str, set[str]] = {}
+        self._definitions: dict[Path, Task] = {}  # to write
+        self._workloads: dict[Path, dict[str, dict]] = {}  # workloads file -> {uuid: workload JSON}, there or added
+        self._new_workloads: list[tuple[Task, Workload, Path, Path, list[str], dict]] = []
+        self._solutions: dict[str, tuple[str, str, bool]] | None = None  # name -> (identity, where, in the folder)
+        self._new_solutions: dict[Path, Solution] = {}
+        self._traces: dict[Path, set[str]] = {}  # traces file -> its lines, there or added
+        self._new_traces: list[tuple[Path, dict]] = []
         self._own: dict[str, dict[str, Workload]] = {}  # task -> its workloads at every scale, by uuid
 
-    # ---------------------------------------------------------------- definitions and workloads
-    def definition(self, task: Task) -> None:
+    # ---------------------------------------------------------------- what the export adds
+    def add_definition(self, task: Task) -> None:
         d = task.definition
         path = self.root / "definitions" / d.op_type / f"{d.name}.json"
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(d.to_json(), indent=2) + "\n")
-            self.counts["definitions"] += 1
+            self._definitions[path] = task
 
-    def workload(self, task: Task, workload: Workload) -> Workload:
-        """The workload as exported (its safetensors inputs point at blobs in this folder), written once."""
+    def add_workload(self, task: Task, workload: Workload) -> dict:
+        """The task's workload as exported (its blob inputs point into this folder, its uuid `exported_uuid`)."""
         d = task.definition
-        blob = Path("blob") / "workloads" / d.op_type / d.name / f"{workload.uuid}.safetensors"
-        inputs = {name: (replace(spec, path=f"./{blob.as_posix()}", tensor_key=name) if spec.type == "safetensors"
-                         else spec) for name, spec in workload.inputs.items()}
-        exported = replace(workload, inputs=inputs)
-        seen = self._workloads.setdefault(d.name, self._read_uuids(self._workloads_file(task)))
-        if workload.uuid not in seen:
-            tensors = task.blob_tensors(workload)  # made only for a workload not written yet
-            if tensors:
-                write_safetensors(self.root / blob, tensors)
-                self.counts["blobs"] += 1
-            line = Trace(definition=d.name, workload=exported, solution=None, evaluation=None).to_json()
-            _append(self._workloads_file(task), line)
-            seen.add(workload.uuid)
-            self.counts["workloads"] += 1
+        own = exported_uuid(task, workload)
+        blob = Path("blob") / "workloads" / d.op_type / d.name / f"{own}.safetensors"
+        names = blob_inputs(task, workload)
+        inputs = {n: InputSpec(type="safetensors", path=f"./{blob.as_posix()}", tensor_key=n) if n in names else spec
+                  for n, spec in workload.inputs.items()}
+        exported = Workload(axes=dict(workload.axes), inputs=inputs, uuid=own).to_json()
+        published = published_uuid(task, workload)
+        if published is not None:  # not FlashInfer-Trace fields: a pointer for people, ignored by its loader
+            exported["origin"] = published
+            exported["description"] = (f"inputs as evoteam's task {task.name} makes them ({', '.join(names)}), not "
+                                       f"the published data of workload {published}")
+        path = self.root / "workloads" / d.op_type / f"{d.name}.jsonl"
+        there = self._workloads.setdefault(path, {obj["workload"]["uuid"]: obj["workload"] for obj in read_jsonl(path)}
+                                           if path.is_file() else {})
+        if own not in there:
+            there[own] = exported
+            self._new_workloads.append((task, workload, path, blob, names, exported))
+        elif _core(there[own]) != _core(exported):
+            raise UserError(f"{path}: workload {own} there has other axes or inputs than this export gives it (an "
+                            f"export of another evoteam version?); export into a new folder")
         return exported
 
-    def _workloads_file(self, task: Task) -> Path:
-        return self.root / "workloads" / task.definition.op_type / f"{task.definition.name}.jsonl"
-
-    @staticmethod
-    def _read_uuids(path: Path) -> set[str]:
-        return {t.workload.uuid for t in load_traces(path)} if path.is_file() else set()
-
-    # ---------------------------------------------------------------- solutions and traces
-    def solution(self, task: Task, solution: Solution) -> None:
-        digest = json.dumps([s.to_json() for s in solution.sources], sort_keys=True)
-        if solution.name in self._solutions:
-            if self._solutions[solution.name] != digest:
-                raise UserError(f"two different solutions are named {solution.name!r}; give one another name "
-                                f"(--solution NAME=PATH)")
+    def add_solution(self, task: Task, solution: Solution, where: str) -> None:
+        """A solution the traces name, refused where its name is another solution's in the folder or in this export."""
+        d = task.definition
+        if solution.definition != d.name:
+            raise UserError(f"{where}: solution {solution.name!r} is for definition {solution.definition!r}, the "
+                            f"traces naming it for {d.name!r}; give the solution they were measured with")
+        known = self._known_solutions()
+        identity = _identity(solution.to_json())
+        if solution.name not in known:
+            known[solution.name] = (identity, where, False)
+            self._new_solutions[self.root / "solutions" / d.op_type / d.name / f"{solution.name}.json"] = solution
             return
-        self._solutions[solution.name] = digest
-        path = self.root / "solutions" / task.definition.op_type / task.definition.name / f"{solution.name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(solution.to_json(), indent=2) + "\n")
-        self.counts["solutions"] += 1
+        have, first, in_folder = known[solution.name]
+        if have == identity:
+            return
+        if in_folder:  # overwriting it would change what the traces there name
+            raise UserError(f"{where}: {first} is another solution of the name {solution.name!r}, which the traces "
+                            f"there name; export into a new folder")
+        raise UserError(f"{first} and {where} are different solutions named {solution.name!r}; rename one (a solution "
+                        f"JSON's \"name\")")
 
-    def trace(self, task: Task, trace: Trace) -> None:
-        exported = replace(trace, workload=self.workload(task, self._own_workload(task, trace.workload)))
-        line = json.dumps(exported.to_json(), sort_keys=True)
+    def _known_solutions(self) -> dict[str, tuple[str, str, bool]]:
+        """Every solution of the folder by name (flashinfer-bench reads solutions/ whole: a name is one solution)."""
+        if self._solutions is None:
+            self._solutions = {}
+            for path in sorted((self.root / "solutions").rglob("*.json")):
+                try:
+                    obj = json.loads(path.read_text())
+                    self._solutions[obj["name"]] = (_identity(obj), str(path), True)
+                except (ValueError, KeyError, TypeError):
+                    continue  # not a solution: flashinfer-bench's loader says so
+        return self._solutions
+
+    def add_trace(self, task: Task, trace: Trace) -> None:
+        workload = self.add_workload(task, self._own_workload(task, trace.workload))
+        evaluation = trace.evaluation
+        if evaluation is not None:  # its log begins with evoteam's status
+            evaluation = replace(evaluation, correctness=non_finite_errors(evaluation.log.partition(":")[0],
+                                                                           evaluation.correctness))
+        line = replace(trace, workload=Workload.from_json(workload), evaluation=evaluation).to_json()
+        key = json.dumps(line, sort_keys=True)
+        line["workload"] = workload  # with its pointer to a published workload, as in the workloads file
         path = self.root / "traces" / task.definition.op_type / f"{task.definition.name}.jsonl"
-        seen = self._traces.setdefault(str(path), {json.dumps(t.to_json(), sort_keys=True) for t in load_traces(path)}
+        seen = self._traces.setdefault(path, {json.dumps(t.to_json(), sort_keys=True) for t in load_traces(path)}
                                        if path.is_file() else set())
-        if line not in seen:
-            _append(path, exported.to_json())
-            seen.add(line)
-            self.counts["traces"] += 1
+        if key not in seen:
+            seen.add(key)
+            self._new_traces.append((path, line))
 
     def _own_workload(self, task: Task, workload: Workload) -> Workload:
         """The task's workload of that uuid at any scale (the one whose index tensors the task makes)."""
@@ -115,11 +213,35 @@ class Dataset:
                             f"{own[workload.uuid].axes}; traces of another version of the task cannot be exported")
         return own[workload.uuid]
 
+    # ---------------------------------------------------------------- writing
+    def write(self) -> None:
+        for path, task in self._definitions.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(task.definition.to_json(), indent=2) + "\n")
+            self.counts["definitions"] += 1
+        for task, workload, path, blob, names, exported in self._new_workloads:
+            if names:
+                write_safetensors(self.root / blob, blob_tensors(task, workload, names))
+                self.counts["blobs"] += 1
+            _append(path, {"definition": task.definition.name, "solution": None, "workload": exported,
+                           "evaluation": None})
+            self.counts["workloads"] += 1
+        for path, solution in self._new_solutions.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(solution.to_json(), indent=2) + "\n")
+            self.counts["solutions"] += 1
+        for path, line in self._new_traces:
+            _append(path, line)
+            self.counts["traces"] += 1
+
 
 def _append(path: Path, obj: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:  # strict JSON: non-finite floats are written as strings upstream
         fh.write(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n")
+
+
+# ---------------------------------------------------------------- the command's sources
 
 
 def task_of_definition(name: str) -> Task:
@@ -139,61 +261,93 @@ def _read_traces(path: Path) -> list[Trace]:
         raise UserError(f"{path}: not FlashInfer-Trace lines ({exc})") from None
 
 
-def _solution_arg(text: str) -> tuple[str | None, Path]:
-    name, sep, path = text.partition("=")
-    return (name, Path(path)) if sep else (None, Path(text))
+def _run_traces(run_dir: Path) -> tuple[str, list[Trace], dict[str, Solution]]:
+    traces = run_dir / "final" / "traces.jsonl"
+    if not traces.is_file():
+        raise UserError(f"--run {run_dir}: no final/traces.jsonl (the run did not finish); give a finished run")
+    solutions = {}
+    for path in sorted((run_dir / "final" / "solutions").glob("*.json")):
+        solution = Solution.from_json(json.loads(path.read_text()))
+        solutions[solution.name] = solution
+    return f"--run {run_dir}", _read_traces(traces), solutions
+
+
+class GivenSolutions:
+    """The --solution arguments: NAME=PATH, the source of the traces that name NAME; or PATH, of the traces that name
+    it as bench does (trace_writer.solution_name_of_file: per task, by content)."""
+
+    def __init__(self, texts: list[str]):
+        self.entries: list[tuple[str | None, Path, str]] = []
+        for text in texts:
+            name, sep, path = text.partition("=")
+            if not Path(path if sep else text).is_file():
+                raise UserError(f"--solution {text}: no such file; give the kernel file the traces were measured with")
+            self.entries.append((name if sep else None, Path(path if sep else text), f"--solution {text}"))
+        self._names: dict[tuple[str, Path], str] = {}
+        self._tasks: dict[str, str] = {}  # a NAME of NAME=PATH -> the task whose traces it was given for
+
+    def _name(self, task: Task, path: Path) -> str:
+        key = (task.name, path)
+        if key not in self._names:
+            self._names[key] = solution_name_of_file(task.name, path)
+        return self._names[key]
+
+    def find(self, task: Task, name: str | None) -> tuple[Solution, str] | None:
+        """The solution, under its export name, of the traces of `task` that name `name`, and the argument giving it."""
+        if name is None:  # a workload trace: no solution to find
+            return None
+        found = [(p, w) for n, p, w in self.entries if n == name]
+        if found and self._tasks.setdefault(name, task.name) != task.name:
+            # a name that is not the content's (a file's stem in older bench traces) says nothing of the task
+            raise UserError(f"{found[0][1]}: traces of {self._tasks[name]} and of {task.name} name {name!r}; export "
+                            f"each task's traces on its own, each with the {name}=PATH of its own kernel")
+        found = found or [(p, w) for n, p, w in self.entries if n is None and self._name(task, p) == name]
+        solutions = [(self._solution(task, path, where), where) for path, where in found]
+        different = [w for s, w in solutions[1:] if _identity(s.to_json()) != _identity(solutions[0][0].to_json())]
+        if different:
+            raise UserError(f"{solutions[0][1]} and {different[0]} are different sources for the traces naming "
+                            f"{name!r}; give one")
+        return solutions[0] if solutions else None
+
+    def _solution(self, task: Task, path: Path, where: str) -> Solution:
+        try:
+            solution = solution_of_path(path, task.definition.name)
+        except CandidateError as exc:
+            raise UserError(f"{where}: {exc}") from None
+        if path.suffix != ".json":  # a kernel file: named by its task and content, whatever the traces called it
+            solution = replace(solution, name=self._name(task, path))
+        return solution
 
 
 def export(args: argparse.Namespace) -> dict[str, int]:
-    out = Dataset(args.out)
     unknown = [name for name in args.task if name not in available_tasks()]
     if unknown:
         raise UserError(f"--task {unknown[0]}: not a known task; allowed: {', '.join(available_tasks())}")
-    runs = []
-    for run_dir in args.run:
-        traces = run_dir / "final" / "traces.jsonl"
-        if not traces.is_file():
-            raise UserError(f"--run {run_dir}: no final/traces.jsonl (the run did not finish); give a finished run")
-        solutions = {}
-        for path in sorted((run_dir / "final" / "solutions").glob("*.json")):
-            solution = Solution.from_json(json.loads(path.read_text()))
-            solutions[solution.name] = solution
-        runs.append((f"--run {run_dir}", _read_traces(traces), solutions))
-    given = {}
-    for text in args.solution:
-        name, path = _solution_arg(text)
-        if not path.is_file():
-            raise UserError(f"--solution {text}: no such file; give the kernel file the traces were measured with")
-        given[name or path.stem] = path
-    for path in args.traces:
-        runs.append((f"--traces {path}", _read_traces(path), None))
+    runs = [_run_traces(run_dir) for run_dir in args.run]
+    given = GivenSolutions(args.solution)
+    runs += [(f"--traces {path}", _read_traces(path), None) for path in args.traces]
+    out = Dataset(args.out)
     for name in args.task:
         task = load_task(name)
-        out.definition(task)
+        out.add_definition(task)
         for workload in task.scaled_workloads(args.scale):
-            out.workload(task, workload)
-    resolved = []  # every trace with its task and solution, before anything is written
+            out.add_workload(task, workload)
     for origin, traces, solutions in runs:
         for trace in traces:
             task = task_of_definition(trace.definition)
             if solutions is not None:
-                solution = solutions.get(trace.solution)
-            elif trace.solution in given:
-                try:
-                    solution = replace(solution_of_path(given[trace.solution], task.definition.name),
-                                       name=trace.solution)
-                except CandidateError as exc:
-                    raise UserError(f"--solution {trace.solution}: {exc}") from None
+                found = (solutions[trace.solution], origin) if trace.solution in solutions else None
             else:
-                solution = None
-            if solution is None:
-                raise UserError(f"{origin}: the traces name solution {trace.solution!r} but no source was given for it; "
-                                f"add --solution {trace.solution}=PATH")
-            resolved.append((task, trace, solution))
-    for task, trace, solution in resolved:
-        out.definition(task)
-        out.solution(task, solution)
-        out.trace(task, trace)
+                found = given.find(task, trace.solution)
+            if found is None:
+                raise UserError(f"{origin}: the traces name solution {trace.solution!r} but no source was given for "
+                                f"it; add --solution PATH (the file it was measured with, unchanged) or "
+                                f"--solution {trace.solution}=PATH")
+            solution, where = found
+            out.add_definition(task)
+            out.add_solution(task, solution, where)
+            out.add_trace(task, replace(trace, solution=solution.name))
+    out.write()  # only once everything is known to fit
     return out.counts
 
 
@@ -205,7 +359,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--run", action="append", type=Path, default=[], help="a finished main-job run folder")
     p.add_argument("--traces", action="append", type=Path, default=[], help="a traces file (bench --traces)")
     p.add_argument("--solution", action="append", default=[],
-                   help="the source of a solution --traces names: PATH (named by its stem) or NAME=PATH")
+                   help="the source of solutions --traces names: PATH (the traces that name it as bench does: by task "
+                        "and content, a solution JSON by its name) or NAME=PATH (the traces that name NAME)")
     args = p.parse_args(argv)
     if not (args.task or args.run or args.traces):
         p.error("nothing to export: give --task, --run or --traces")

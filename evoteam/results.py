@@ -38,7 +38,9 @@ def results_from(path: Path) -> tuple[list[WorkloadResult], str, str | None]:
     results, task = [], ""
     for trace in traces:
         task = "mla_decode" if trace.definition.startswith("mla") else "kda_prefill"
-        ev = trace.evaluation
+        ev = trace.evaluation or trace.check  # a check-only trace keeps its verdict in `check`
+        if ev is None:
+            continue
         status, _, detail = ev.log.partition(": ")
         mode = ev.log.rsplit("timing ", 1)[-1] if "timing " in ev.log else ""
         baseline = ev.log.split("| baseline ", 1)[-1].split(",", 1)[0] if "| baseline " in ev.log else ""

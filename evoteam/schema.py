@@ -436,24 +436,32 @@ class Trace:
     workload: Workload
     solution: str | None = None
     evaluation: Evaluation | None = None
+    # A correctness check with nothing timed (bench --check-only): flashinfer-bench requires performance of a PASSED
+    # evaluation and has no status for "correct, not timed", so such a trace's evaluation is null and its verdict is
+    # here, in a field that is not part of the format (flashinfer-bench's loader ignores it). Written only when set.
+    check: Evaluation | None = None
 
     @classmethod
     def from_json(cls, obj: dict) -> Trace:
-        ev = obj.get("evaluation")
+        ev, check = obj.get("evaluation"), obj.get("check")
         return cls(
             definition=_require(obj, "definition", "trace"),
             workload=Workload.from_json(_require(obj, "workload", "trace")),
             solution=obj.get("solution"),
             evaluation=None if ev is None else Evaluation.from_json(ev),
+            check=None if check is None else Evaluation.from_json(check),
         )
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "definition": self.definition,
             "solution": self.solution,
             "workload": self.workload.to_json(),
             "evaluation": None if self.evaluation is None else self.evaluation.to_json(),
         }
+        if self.check is not None:
+            out["check"] = self.check.to_json()
+        return out
 
 
 # --------------------------------------------------------------------------- JSON lines

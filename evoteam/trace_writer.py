@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
+from dataclasses import replace
+from pathlib import Path
 
+from evoteam.harness.candidate import solution_label
 from evoteam.harness.model import Status, WorkloadResult
 from evoteam.schema import Correctness, Evaluation, Performance, Trace, Workload
 
@@ -32,7 +36,24 @@ TRACE_STATUS = {
 
 def solution_name(task: str, source: str) -> str:
     """A kernel's solution name: unique across tasks, the same for the same source in any run."""
+    task = task.rsplit("::", 1)[-1]  # a dataset's task (<folder>::<definition>) by its definition: no folder path
     return f"{task}_evoteam_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+
+
+def solution_name_of_file(task: str, path: Path) -> str:
+    """The name traces give a kernel file: a FlashInfer-Trace solution JSON keeps its own (its author's, the name
+    flashinfer-bench knows it by); any other file is named by its task and content (`solution_name`)."""
+    return solution_label(path) if path.suffix == ".json" else solution_name(task, path.read_text())
+
+
+def non_finite_errors(status: str, correctness: Correctness | None) -> Correctness | None:
+    """A nan_inf verdict's errors as non-finite. The checker records NaN (or Inf) errors for such an output, but its
+    worst over trials is Python's max, and max(0.0, nan) is 0.0 (an Inf survives it): finite errors under a nan_inf
+    verdict are a NaN that was lost. `status` is evoteam's (Status), as the trace's log begins with it."""
+    if correctness is None or status != Status.NAN_INF.value:
+        return correctness
+    return replace(correctness, **{k: math.nan for k in ("max_relative_error", "max_absolute_error")
+                                   if math.isfinite(getattr(correctness, k))})
 
 
 def libraries() -> dict[str, str]:
@@ -57,17 +78,26 @@ def to_trace(definition: str, workload: Workload, solution: str, result: Workloa
     if status in ("PASSED", "INCORRECT_NUMERICAL"):
         correctness = Correctness(max_relative_error=float(corr.get("max_relative_error", 0.0)),
                                   max_absolute_error=float(corr.get("max_absolute_error", 0.0)),
-                                  extra={k: v for k, v in corr.get("extra", {}).items()
-                                         if k in ("max_rel_norm", "trials", "base_seed")} or None)
+                                  extra={**{k: v for k, v in corr.get("extra", {}).items()
+                                            if k in ("max_rel_norm", "trials", "base_seed")},
+                                         **result.rule} or None)  # the pass rule used (rule, its tolerances)
+    correctness = non_finite_errors(str(result.status), correctness)
     performance = None
-    if status == "PASSED":  # flashinfer-bench requires performance on PASSED; 0 means "not timed"
-        performance = Performance(latency_ms=result.candidate_ms or 0.0, reference_latency_ms=result.baseline_ms or 0.0,
+    if status == "PASSED" and result.candidate_ms is not None:  # None: checked, not timed (bench --check-only)
+        performance = Performance(latency_ms=result.candidate_ms, reference_latency_ms=result.baseline_ms or 0.0,
                                   speedup_factor=result.speedup or 0.0)
     log = f"{result.status}: {result.detail}"
     if result.timing_mode:
         log += f" | baseline {result.baseline}, timing {result.timing_mode}"
+    if result.rule:  # every trace names its pass rule; a correctness record has its tolerances as well
+        log += f" | rule {result.rule['rule']}"
     # The device's own name where the judge recorded it (as flashinfer-bench writes it), else the target's
     evaluation = Evaluation(status=status, environment={"hardware": result.device or hardware, "libs": libraries()},
                             timestamp=dt.datetime.now(dt.timezone.utc).isoformat(), log=log,
                             correctness=correctness, performance=performance)
+    if status == "PASSED" and performance is None:
+        # Checked, not timed: flashinfer-bench requires performance of a PASSED evaluation and has no status for
+        # "correct, not timed", so the evaluation is null (the trace loads there and claims no time) and the verdict
+        # is in `check`, a field its loader ignores
+        return Trace(definition=definition, workload=workload, solution=solution, evaluation=None, check=evaluation)
     return Trace(definition=definition, workload=workload, solution=solution, evaluation=evaluation)

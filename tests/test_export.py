@@ -2,15 +2,21 @@
 the dev extra), with every blob a workload points to and a solution for every traced name."""
 
 import json
+import math
 import subprocess
 import sys
+import uuid
 
 import pytest
 import torch
 
+from evoteam.export import exported_uuid
 from evoteam.export import main as export_main
-from evoteam.schema import load_traces
+from evoteam.harness.candidate import solution_of_path
+from evoteam.harness.model import Status, WorkloadResult
+from evoteam.schema import append_traces, load_traces
 from evoteam.task import load_task, scaled_uuid
+from evoteam.trace_writer import solution_name, solution_name_of_file, to_trace
 
 from conftest import REPO
 
@@ -18,23 +24,53 @@ fib_data = pytest.importorskip("flashinfer_bench.data", reason="flashinfer-bench
 safetensors_torch = pytest.importorskip("safetensors.torch", reason="flashinfer-bench's loader needs safetensors")
 
 CANDIDATE = REPO / "tests" / "data" / "candidates" / "mla_torch.py"
+MLA_SEED = REPO / "kernels" / "mla_decode" / "seed_triton.py"
+KDA_SEED = REPO / "kernels" / "kda_prefill" / "seed_triton.py"
+# pinned: an export's uuid of a workload whose data evoteam made anew for a published uuid
+REGENERATED = uuid.uuid5(uuid.NAMESPACE_URL, "evoteam/export/regenerated-workload-data")
+
+
+def _task_of(definition):
+    return next(load_task(n) for n in ("mla_decode", "kda_prefill") if load_task(n).definition.name == definition)
+
+
+def _ours(task):
+    """The task's workloads at every scale, by the uuid an export gives them."""
+    return {exported_uuid(task, w): w for scale in ("full", "small") for w in task.scaled_workloads(scale)}
 
 
 def _check_blobs(root, trace_set):
     """Every safetensors input of every workload exists and holds what the task uses (read by the
-    safetensors package, as flashinfer-bench reads it)."""
+    safetensors package, as flashinfer-bench reads it), bit for bit (a NaN fill included)."""
     checked = 0
     for definition, workloads in trace_set.workloads.items():
-        task = next(load_task(n) for n in ("mla_decode", "kda_prefill") if load_task(n).definition.name == definition)
-        ours = {w.uuid: w for scale in ("full", "small") for w in task.scaled_workloads(scale)}
+        task = _task_of(definition)
+        ours = _ours(task)
         for trace in workloads:
-            want = task.blob_tensors(ours[trace.workload.uuid])
+            want = task.module.blob_tensors(ours[trace.workload.uuid])
             for name, spec in trace.workload.inputs.items():
                 if spec.type == "safetensors":
                     got = safetensors_torch.load_file(root / spec.path)[spec.tensor_key]
-                    assert torch.equal(got, want[name]), (trace.workload.uuid, name)
+                    assert got.dtype == want[name].dtype and torch.equal(
+                        got.view(torch.uint8), want[name].contiguous().view(torch.uint8)), (trace.workload.uuid, name)
                     checked += 1
     return checked
+
+
+def _bench_traces(path, task_name, workloads, name, result=None):
+    """Traces as bench writes them for a kernel that bench named `name` (trace_writer.to_trace), without running it:
+    by default a pass timed 1 ms against a 2 ms baseline."""
+    task = load_task(task_name)
+    result = result or {"status": Status.PASSED, "detail": "PASSED (3 trials, max rel-norm 1.0e-03)",
+                        "baseline": "reference", "timing_mode": "cputime", "baseline_ms": 2.0, "candidate_ms": 1.0,
+                        "correctness": {"max_relative_error": 1e-3, "max_absolute_error": 1e-4}}
+    append_traces(path, [to_trace(task.definition.name, w, name, WorkloadResult(uuid=w.uuid, **result), "cpu")
+                         for w in workloads])
+    return path
+
+
+def _files(root):
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def test_task_export_loads_in_flashinfer_bench_with_every_blob(tmp_path):
@@ -47,7 +83,8 @@ def test_task_export_loads_in_flashinfer_bench_with_every_blob(tmp_path):
     assert "def run(" in trace_set.definitions[mla.definition.name].reference  # the reference code inline
     counts = {d: len(w) for d, w in trace_set.workloads.items()}
     assert counts == {mla.definition.name: 47 + 4, kda.definition.name: len(kda.workloads) + len(kda.scaled_workloads("small"))}
-    assert _check_blobs(out, trace_set) == 2 * 51 + counts[kda.definition.name]
+    # MLA: kv_indptr, kv_indices; KDA: cu_seqlens, A_log, dt_bias, initial_state
+    assert _check_blobs(out, trace_set) == 2 * 51 + 4 * counts[kda.definition.name]
     # Honest identities: a scaled-down workload has its own uuid, derived from the published one
     published = {w.uuid: w for w in mla.workloads}
     for w in mla.scaled_workloads("small"):
@@ -72,12 +109,15 @@ def test_a_bench_output_exports_with_its_solution_and_loads(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "evoteam.export", str(out), "--traces", str(traces)],
                              capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
-    assert "--solution mla_torch=PATH" in missing.stderr and not out.exists()  # nothing half-written
+    # bench names the kernel by its task and content, unique across tasks
+    named = solution_name("mla_decode", CANDIDATE.read_text())
+    assert {t.solution for t in load_traces(traces)} == {named}
+    assert f"--solution {named}=PATH" in missing.stderr and not out.exists()  # nothing half-written
     assert export_main([str(out), "--traces", str(traces), "--solution", str(CANDIDATE)]) == 0
     trace_set = fib_data.TraceSet.from_path(str(out))
     name = mla.definition.name
-    assert [s.name for s in trace_set.solutions[name]] == ["mla_torch"]
-    assert trace_set.get_solution("mla_torch").sources[0].content == CANDIDATE.read_text()
+    assert [s.name for s in trace_set.solutions[name]] == [named]
+    assert trace_set.get_solution(named).sources[0].content == CANDIDATE.read_text()
     assert len(trace_set.traces[name]) == 2 and len(trace_set.workloads[name]) == 2
     for trace in trace_set.traces[name]:
         assert trace.evaluation.status.value == "PASSED", trace.evaluation.log
@@ -144,3 +184,190 @@ def test_a_flashinfer_bench_dataset_runs_in_evoteam_with_its_dtypes_blobs_and_so
         by_solution.setdefault(trace.solution, []).append(trace.evaluation.status)
     assert by_solution == {"scale_fp8_torch": ["PASSED"], "scale_fp8_wrong": ["INCORRECT_NUMERICAL"],
                            "mla_torch_solution": ["PASSED"] * 4}
+
+
+def test_the_mla_and_kda_seed_kernels_export_together_as_two_solutions(tmp_path):
+    """Both seeds are files named seed_triton.py: bench names each by its task and content, `--solution PATH` gives
+    each the traces of its own task, and the dataset loads with two solutions, each with its own source."""
+    mla, kda = load_task("mla_decode"), load_task("kda_prefill")
+    mla_traces = _bench_traces(tmp_path / "mla.jsonl", "mla_decode", mla.scaled_workloads("small")[:2],
+                               solution_name_of_file("mla_decode", MLA_SEED))
+    kda_traces = _bench_traces(tmp_path / "kda.jsonl", "kda_prefill", kda.scaled_workloads("small")[:2],
+                               solution_name_of_file("kda_prefill", KDA_SEED))
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(mla_traces), "--traces", str(kda_traces),
+                        "--solution", str(KDA_SEED), "--solution", str(MLA_SEED)]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(out))
+    names = set()
+    for task, seed in ((mla, MLA_SEED), (kda, KDA_SEED)):
+        (solution,) = trace_set.solutions[task.definition.name]
+        assert solution.sources[0].content == seed.read_text() and solution.definition == task.definition.name
+        assert {t.solution for t in trace_set.traces[task.definition.name]} == {solution.name}
+        names.add(solution.name)
+    assert len(names) == 2
+
+
+def test_older_traces_naming_a_stem_export_per_task_and_change_nothing_there(tmp_path, capsys):
+    """Older bench traces name a kernel by its file's stem: `--solution NAME=PATH` matches them and the solution is
+    exported under its content name, so a folder whose `seed_triton` other traces name keeps it as it is. One NAME
+    for the traces of two tasks says nothing of which source is whose: refused."""
+    mla, kda = load_task("mla_decode"), load_task("kda_prefill")
+    mla_old = _bench_traces(tmp_path / "mla.jsonl", "mla_decode", mla.scaled_workloads("small")[:1], "seed_triton")
+    kda_old = _bench_traces(tmp_path / "kda.jsonl", "kda_prefill", kda.scaled_workloads("small")[:1], "seed_triton")
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(mla_old), "--traces", str(kda_old),
+                        "--solution", f"seed_triton={MLA_SEED}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mla_decode and of kda_prefill" in err and not out.exists()
+    # a folder an older export wrote: its seed_triton is the KDA seed
+    older = out / "solutions" / kda.definition.op_type / kda.definition.name / "seed_triton.json"
+    older.parent.mkdir(parents=True)
+    older.write_text(json.dumps(solution_of_path(KDA_SEED, kda.definition.name, name="seed_triton").to_json()))
+    assert export_main([str(out), "--traces", str(mla_old), "--solution", f"seed_triton={MLA_SEED}"]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(out))
+    assert trace_set.get_solution("seed_triton").sources[0].content == KDA_SEED.read_text()  # unchanged
+    (trace,) = trace_set.traces[mla.definition.name]
+    assert trace.solution == solution_name("mla_decode", MLA_SEED.read_text())
+    assert trace_set.get_solution(trace.solution).sources[0].content == MLA_SEED.read_text()
+
+
+def test_a_different_solution_of_a_name_already_in_the_folder_is_refused_and_nothing_changes(tmp_path, capsys):
+    """A solution JSON keeps its own name: a different one of that name is refused (one line, exit 2) before anything
+    is written, whether the folder holds it or the same export gives both."""
+    mla = load_task("mla_decode")
+
+    def solution_json(kernel):
+        path = tmp_path / kernel.stem / "my_mla.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(solution_of_path(kernel, mla.definition.name, name="my_mla").to_json()))
+        return path
+
+    ours, theirs = solution_json(MLA_SEED), solution_json(CANDIDATE)
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:2], "my_mla")
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(traces), "--solution", str(ours)]) == 0
+    before = _files(out)
+    capsys.readouterr()
+    assert export_main([str(out), "--task", "kda_prefill", "--scale", "small", "--traces", str(traces),
+                        "--solution", str(theirs)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'my_mla'" in err and "new folder" in err, err
+    assert _files(out) == before  # not even the workloads of --task
+    assert fib_data.TraceSet.from_path(str(out)).get_solution("my_mla").sources[0].content == MLA_SEED.read_text()
+    other = tmp_path / "other"
+    assert export_main([str(other), "--traces", str(traces), "--solution", str(ours), "--solution", str(theirs)]) == 2
+    assert not other.exists()
+    assert export_main([str(out), "--traces", str(traces), "--solution", str(ours)]) == 0 and _files(out) == before
+
+
+def test_a_nan_output_is_recorded_with_nan_errors(tmp_path):
+    """The checker's verdict on a kernel that writes one NaN, as bench's trace records it: errors NaN (strict JSON,
+    as flashinfer-bench writes them), not 0.0 (Python's max(0.0, nan) is 0.0); an older trace that lost the NaN is
+    exported with it."""
+    from evoteam.harness.check import check_kernel
+    from evoteam.task import load_task_folder
+
+    toy = load_task_folder(REPO / "tests" / "data" / "toy_task")
+    workload = toy.workloads[0]
+
+    def nan_kernel(**kwargs):
+        ref = toy.reference({n: kwargs[n] for n in toy.definition.inputs})
+        for name in toy.definition.outputs:
+            kwargs[name].copy_(ref[name])
+        kwargs["out"].view(-1)[0] = float("nan")
+
+    check = check_kernel(toy, workload, nan_kernel, seed=1)
+    assert not check.passed and check.failure.check == "nan_inf"
+    result = WorkloadResult(uuid=workload.uuid, status=Status.NAN_INF, detail=check.summary(),
+                            correctness=check.to_correctness().to_json())
+    line = json.dumps(to_trace(toy.definition.name, workload, "toy_nan", result, "cpu").to_json(), allow_nan=False)
+    correctness = fib_data.Trace.model_validate_json(line).evaluation.correctness
+    assert math.isnan(correctness.max_absolute_error) and math.isnan(correctness.max_relative_error)
+    # an older bench trace: nan_inf with errors 0.0
+    mla = load_task("mla_decode")
+    older = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1], "seed_triton",
+                          {"status": Status.MISMATCH, "detail": "FAILED mismatch", "correctness": {}})
+    text = older.read_text().replace('"log":"mismatch:', '"log":"nan_inf:')
+    older.write_text(text)
+    assert load_traces(older)[0].evaluation.correctness.max_absolute_error == 0.0
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(older), "--solution", f"seed_triton={MLA_SEED}"]) == 0
+    (trace,) = fib_data.TraceSet.from_path(str(out)).traces[mla.definition.name]
+    assert trace.evaluation.status.value == "INCORRECT_NUMERICAL"
+    assert math.isnan(trace.evaluation.correctness.max_absolute_error)
+    assert math.isnan(trace.evaluation.correctness.max_relative_error)
+
+
+def test_kda_inputs_of_evoteam_distributions_are_exported_as_blobs_of_its_values(tmp_path, monkeypatch):
+    """A_log, dt_bias and initial_state come from distributions of the task's own (flashinfer-bench's "random" is a
+    standard normal): exported as safetensors of one draw from the function the input maker draws them with."""
+    kda = load_task("kda_prefill")
+    module = kda.module
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--task", "kda_prefill", "--scale", "small"]) == 0
+    exported = {t.workload.uuid: t.workload for t in fib_data.TraceSet.from_path(str(out)).workloads[kda.definition.name]}
+    owns = ("A_log", "dt_bias", "initial_state")
+    for w in kda.scaled_workloads("small"):
+        inputs = exported[w.uuid].inputs  # evoteam's own uuids: kept
+        got = {}
+        for name in owns:
+            assert inputs[name].type == "safetensors", name
+            got[name] = safetensors_torch.load_file(out / inputs[name].path)[inputs[name].tensor_key]
+        want = module.state_inputs(w, torch.Generator().manual_seed(module.blob_seed(w)), "cpu")
+        for name in owns:
+            torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, equal_nan=True)
+        assert ((got["A_log"] >= 0) & (got["A_log"] <= math.log(16.0))).all()
+        gate = torch.nn.functional.softplus(got["dt_bias"])
+        assert ((gate > 0.99e-3) & (gate < 1.01e-1)).all()
+        if w.inputs["has_initial_state"].value:
+            assert torch.isfinite(got["initial_state"]).all() and abs(got["initial_state"].std().item() - 0.5) < 0.02
+        else:
+            assert torch.isnan(got["initial_state"]).all()  # the fill a kernel must not read
+    # the input maker takes these three from that function
+    sentinel = {name: torch.full((1,), float(i)) for i, name in enumerate(owns)}
+    monkeypatch.setattr(module, "state_inputs", lambda *args: sentinel)
+    made = module.make_inputs(kda.scaled_workloads("small")[0], torch.Generator().manual_seed(0), "cpu")
+    assert all(made[name] is sentinel[name] for name in owns)
+
+
+def test_workloads_with_regenerated_data_have_uuids_of_their_own_in_workloads_and_traces(tmp_path):
+    """MLA's published uuids name the published index data; evoteam makes its own: exported under uuid5 of the
+    published uuid (pinned namespace), the same in the workloads file and the traces, pointing back at it."""
+    mla = load_task("mla_decode")
+    published = {w.uuid for w in mla.workloads}
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.workloads[:2],
+                           solution_name_of_file("mla_decode", CANDIDATE))
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--task", "mla_decode", "--traces", str(traces), "--solution", str(CANDIDATE)]) == 0
+    d = mla.definition
+    lines = [json.loads(line) for line in (out / "workloads" / d.op_type / f"{d.name}.jsonl").read_text().splitlines()]
+    by_origin = {line["workload"]["origin"]: line["workload"]["uuid"] for line in lines}
+    assert by_origin == {u: str(uuid.uuid5(REGENERATED, u)) for u in published}
+    traced = [json.loads(line)["workload"] for line in (out / "traces" / d.op_type / f"{d.name}.jsonl").open()]
+    assert [t["uuid"] for t in traced] == [by_origin[w.uuid] for w in mla.workloads[:2]]
+    assert all(t["origin"] in published for t in traced)
+    trace_set = fib_data.TraceSet.from_path(str(out))
+    workloads = {t.workload.uuid: t.workload for t in trace_set.workloads[d.name]}
+    assert not set(workloads) & published
+    for trace in trace_set.traces[d.name]:
+        assert workloads[trace.workload.uuid] == trace.workload
+    assert _check_blobs(out, trace_set) == 2 * 47
+
+
+def test_check_only_traces_carry_no_performance_and_load(tmp_path):
+    """bench --check-only times nothing (the judge's result has no times): flashinfer-bench requires performance of a
+    PASSED evaluation, so the trace's evaluation is null (it loads there, claiming no time) and the check's verdict
+    is in its "check" field, which evoteam reads back."""
+    mla = load_task("mla_decode")
+    name = solution_name_of_file("mla_decode", CANDIDATE)
+    checked = {"status": Status.PASSED, "detail": "PASSED (3 trials, max rel-norm 0.0e+00)",
+               "correctness": {"max_relative_error": 0.0, "max_absolute_error": 0.0}}
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1], name, checked)
+    (line,) = [json.loads(text) for text in traces.read_text().splitlines()]
+    assert line["evaluation"] is None and line["check"]["status"] == "PASSED" and line["check"]["performance"] is None
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(traces), "--solution", str(CANDIDATE)]) == 0
+    (trace,) = fib_data.TraceSet.from_path(str(out)).traces[mla.definition.name]
+    assert trace.solution == name and trace.evaluation is None
+    (ours,) = load_traces(out / "traces" / mla.definition.op_type / f"{mla.definition.name}.jsonl")
+    assert ours.evaluation is None and ours.check.status == "PASSED" and ours.check.performance is None

@@ -9,6 +9,7 @@ rewrites the workloads that have a "small/<name>" entry in that file to num_head
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import replace
 from functools import cache
@@ -93,8 +94,22 @@ def scaled_workloads(workloads: list[Workload], scale: str) -> list[Workload]:
     return out
 
 
+# Inputs whose distribution flashinfer-bench's "random" (a standard normal) does not describe: an export (python -m
+# evoteam.export) gives each as a safetensors blob holding one draw of evoteam's own distribution (`state_inputs`,
+# seeded by the workload's uuid), as it gives cu_seqlens; where has_initial_state is false, initial_state is the NaN
+# fill a kernel must not read.
+BLOB_INPUTS = ("A_log", "dt_bias", "initial_state")
+
+
+def blob_seed(workload: Workload) -> int:
+    """The seed of a workload's exported draw: from its uuid, so that every export writes the same values."""
+    return int.from_bytes(hashlib.sha256(workload.uuid.encode("utf-8")).digest()[:8], "little")
+
+
 def blob_tensors(workload: Workload) -> dict[str, torch.Tensor]:
-    return {"cu_seqlens": cu_seqlens_of(workload)}
+    """cu_seqlens, and BLOB_INPUTS as make_inputs draws them (`state_inputs`, on the CPU from blob_seed)."""
+    generator = torch.Generator().manual_seed(blob_seed(workload))
+    return {"cu_seqlens": cu_seqlens_of(workload), **state_inputs(workload, generator, "cpu")}
 
 
 def _scalar(workload: Workload, name: str):
@@ -108,19 +123,33 @@ def inverse_softplus(y: torch.Tensor) -> torch.Tensor:
     return y + torch.log(-torch.expm1(-y))
 
 
+def state_inputs(workload: Workload, generator: torch.Generator, device) -> dict[str, torch.Tensor]:
+    """A_log, dt_bias and initial_state from `generator`, in this order (make_inputs's, and an export's blobs)."""
+    H, N, K, V = workload.axes["num_heads"], workload.axes["num_seqs"], HEAD_DIM_K, HEAD_DIM_V
+
+    def uniform(*shape, low, high):
+        return torch.rand(shape, generator=generator, device=device, dtype=torch.float32) * (high - low) + low
+
+    out = {"A_log": torch.log(uniform(H, low=1.0, high=16.0)),
+           "dt_bias": inverse_softplus(torch.exp(uniform(H, K, low=math.log(1e-3), high=math.log(1e-1))))}
+    if bool(_scalar(workload, "has_initial_state")):
+        out["initial_state"] = torch.randn((N, H, K, V), generator=generator, device=device,
+                                           dtype=torch.float32).mul_(INITIAL_STATE_STD)
+    else:
+        # Must not be read: a kernel that reads it produces NaN and fails the check.
+        out["initial_state"] = torch.full((N, H, K, V), float("nan"), device=device, dtype=torch.float32)
+    return out
+
+
 def make_inputs(workload: Workload, generator: torch.Generator, device) -> dict:
     cu = cu_seqlens_of(workload)
     T = workload.axes["total_seq_len"]
     H = workload.axes["num_heads"]
-    N = workload.axes["num_seqs"]
     K, V = HEAD_DIM_K, HEAD_DIM_V
     has_initial_state = bool(_scalar(workload, "has_initial_state"))
 
     def randn(*shape, dtype=torch.float32):
         return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
-
-    def uniform(*shape, low, high):
-        return torch.rand(shape, generator=generator, device=device, dtype=torch.float32) * (high - low) + low
 
     bf16 = torch.bfloat16
     inputs = {
@@ -129,14 +158,8 @@ def make_inputs(workload: Workload, generator: torch.Generator, device) -> dict:
         "v": randn(T, H, V, dtype=bf16),
         "g_raw": randn(T, H, K, dtype=bf16),
         "beta_logits": randn(T, H, dtype=bf16),
-        "A_log": torch.log(uniform(H, low=1.0, high=16.0)),
-        "dt_bias": inverse_softplus(torch.exp(uniform(H, K, low=math.log(1e-3), high=math.log(1e-1)))),
+        **state_inputs(workload, generator, device),  # drawn after the activations, from the same generator
     }
-    if has_initial_state:
-        inputs["initial_state"] = randn(N, H, K, V).mul_(INITIAL_STATE_STD)
-    else:
-        # Must not be read: a kernel that reads it produces NaN and fails the check.
-        inputs["initial_state"] = torch.full((N, H, K, V), float("nan"), device=device, dtype=torch.float32)
     inputs["cu_seqlens"] = cu.to(device)
     inputs["scale"] = float(_scalar(workload, "scale"))
     inputs["bounded_gate"] = bool(_scalar(workload, "bounded_gate"))

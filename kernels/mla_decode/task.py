@@ -130,6 +130,13 @@ def blob_tensors(workload):
     return {"kv_indptr": torch.from_numpy(np.array(kv_indptr)), "kv_indices": torch.from_numpy(np.array(kv_indices))}
 
 
+def regenerated_from(workload):
+    """The published workload whose data this one makes anew (kv_layout's index tensors, not the published blobs): at
+    every scale. Its published uuid names the published data, so an export (python -m evoteam.export) gives a workload
+    that still carries it a uuid of its own; a scaled-down one has its own already."""
+    return workload.origin or workload.uuid
+
+
 # --------------------------------------------------------------------------- inputs
 
 
