@@ -29,10 +29,11 @@ lint: $(VENV)/.installed
 
 # The tests run in parallel (pytest-xdist): three workers for two cores, since a test waits on its subprocesses about
 # half of the time (measured: 54% CPU use at one worker a core); tests/conftest.py keeps the files with costly module
-# fixtures whole on one worker. TEST_WORKERS=0 runs them in this process, one after another.
+# fixtures whole on one worker. TEST_WORKERS=0 runs them in this process, one after another. The slowest 30 are listed
+# at the end: where the suite's time goes, in every CI log.
 TEST_WORKERS ?= $(shell echo $$(( ($$(nproc) * 3 + 1) / 2 )))
 test: lint sandbox
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(ARGS)
 
 # bubblewrap, the sandbox every candidate runs in (evoteam/harness/sandbox.py): Debian's package, installed
 # as root where it is missing; without it an evaluation refuses to run (or runs with executor.sandbox=weak).
