@@ -271,8 +271,8 @@ class TeamRun:
             return
         new = self.workspace.attempts[before:]
         best = self.progress().best_geomean
-        for attempt in new:
-            self.log(progress_line(attempt, self.ledger, best))
+        for i, attempt in enumerate(new):  # a turn of several evaluations: each its own number, not the turn's last
+            self.log(progress_line(attempt, self.ledger, best, number=self.ledger.evaluations - len(new) + i + 1))
         if not new:
             first = account.strip().splitlines()[0] if account.strip() else "no action"
             self.log(f"  {role.name}: {first[:100]}{'...' if len(first) > 100 else ''}")
