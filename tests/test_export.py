@@ -186,6 +186,100 @@ def test_a_flashinfer_bench_dataset_runs_in_evoteam_with_its_dtypes_blobs_and_so
                            "mla_torch_solution": ["PASSED"] * 4}
 
 
+MLA_RETURNS = REPO / "tests" / "data" / "candidates" / "mla_torch_returns.py"
+MLA_ZEROS = ("def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n"
+             "    output.zero_()\n    lse.zero_()\n")
+
+
+def test_a_dataset_flashinfer_bench_writes_round_trips_through_evoteam(tmp_path, capsys):
+    """Round trip: flashinfer-bench writes a dataset with its own API (save_json_file; TraceSet's blob and workload
+    methods), three solutions of one definition (destination-passing, value-returning, a wrong one); evoteam runs it
+    and exports the traces with the folder's solution JSONs as their sources; flashinfer-bench loads the export with
+    every solution under its own name and sources, one trace per solution and workload, each of a workload there."""
+    from evoteam.run_dataset import main as run_dataset
+
+    # evoteam's definition and small-scale workloads, as flashinfer-bench reads them
+    staged = tmp_path / "staged"
+    assert export_main([str(staged), "--task", "mla_decode", "--scale", "small"]) == 0
+    source = fib_data.TraceSet.from_path(str(staged))
+    name = load_task("mla_decode").definition.name
+    definition = source.definitions[name]
+
+    # flashinfer-bench writes the dataset: its models, its save functions, its TraceSet methods
+    root = tmp_path / "fib"
+    theirs = fib_data.TraceSet(root=root, definitions={name: definition})
+    fib_data.save_json_file(definition, theirs.definitions_path / definition.op_type / f"{name}.json")
+    workloads = []
+    for w in (t.workload for t in source.workloads[name][:2]):
+        blobs = {n: spec for n, spec in w.inputs.items() if spec.type == "safetensors"}
+        assert blobs  # MLA's index tensors
+        path = theirs.add_workload_blob_tensor(name, w.uuid, {n: source.get_workload_blob_tensor(spec.path)[
+            spec.tensor_key] for n, spec in blobs.items()})
+        inputs = {n: fib_data.SafetensorsInput(path=path, tensor_key=n) if n in blobs else spec
+                  for n, spec in w.inputs.items()}
+        workloads.append(fib_data.Workload(axes=w.axes, inputs=inputs, uuid=w.uuid))
+    theirs.add_workload_traces([fib_data.Trace(definition=name, workload=w) for w in workloads])
+
+    def solution(solution_name, path, content, destination_passing_style):
+        spec = fib_data.BuildSpec(language="python", target_hardware=["cpu"], entry_point=f"{path}::run",
+                                  destination_passing_style=destination_passing_style)
+        return fib_data.Solution(name=solution_name, definition=name, author="a flashinfer-bench user", spec=spec,
+                                 sources=[fib_data.SourceFile(path=path, content=content)],
+                                 description=f"{solution_name}, written by flashinfer-bench")
+
+    solutions = [solution("mla_torch_dps", "mla_torch.py", CANDIDATE.read_text(), True),
+                 solution("mla_torch_returns", "mla_torch_returns.py", MLA_RETURNS.read_text(), False),
+                 solution("mla_zeros", "main.py", MLA_ZEROS, True)]
+    given = []
+    for s in solutions:
+        path = theirs.solutions_path / definition.op_type / name / f"{s.name}.json"
+        fib_data.save_json_file(s, path)
+        given += ["--solution", str(path)]
+    written = fib_data.TraceSet.from_path(str(root))
+    assert len(written.solutions[name]) == 3 and len(written.workloads[name]) == 2
+
+    # evoteam runs it and exports the traces, the solution JSONs given as they are
+    traces = tmp_path / "traces.jsonl"
+    assert run_dataset([str(root), "--hardware", "cpu", "--traces", str(traces), "--warmup", "0", "--reps", "2"]) == 0
+    out = tmp_path / "export"
+    capsys.readouterr()
+    assert export_main([str(out), "--traces", str(traces), *given[:4]]) == 2  # the wrong one's source not given
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'mla_zeros'" in err and not out.exists(), err
+    assert export_main([str(out), "--traces", str(traces), *given]) == 0
+
+    # flashinfer-bench loads the export: nothing lost or renamed
+    exported = fib_data.TraceSet.from_path(str(out))
+    assert {n: d.model_dump() for n, d in exported.definitions.items()} == {name: definition.model_dump()}
+    assert {s.name: s.model_dump() for s in exported.solutions[name]} == {s.name: s.model_dump() for s in solutions}
+    assert {s.name: s.spec.destination_passing_style for s in exported.solutions[name]} == {
+        "mla_torch_dps": True, "mla_torch_returns": False, "mla_zeros": True}
+    ours = {t.workload.uuid: t.workload for t in exported.workloads[name]}
+    assert sorted(ours) == sorted(w.uuid for w in workloads)
+    for w in workloads:
+        assert ours[w.uuid].axes == w.axes and ours[w.uuid].inputs.keys() == w.inputs.keys()
+        for n, spec in w.inputs.items():
+            got = ours[w.uuid].inputs[n]
+            if spec.type != "safetensors":
+                assert got.model_dump() == spec.model_dump(), (w.uuid, n)
+                continue
+            assert got.type == "safetensors"  # in the export's own blob, bit for bit
+            want = written.get_workload_blob_tensor(spec.path)[spec.tensor_key]
+            have = exported.get_workload_blob_tensor(got.path)[got.tensor_key]
+            assert have.dtype == want.dtype and torch.equal(have.view(torch.uint8), want.view(torch.uint8)), (w.uuid, n)
+    traced = exported.traces[name]
+    assert sorted((t.solution, t.workload.uuid) for t in traced) == sorted(
+        (s.name, w.uuid) for s in solutions for w in workloads)
+    for t in traced:
+        assert t.workload.model_dump() == ours[t.workload.uuid].model_dump()
+        assert exported.get_solution(t.solution) is not None
+        if t.solution == "mla_zeros":
+            assert t.evaluation.status.value == "INCORRECT_NUMERICAL" and t.evaluation.performance is None
+        else:
+            assert t.evaluation.status.value == "PASSED", t.evaluation.log
+            assert t.evaluation.performance.latency_ms > 0 and t.evaluation.performance.reference_latency_ms > 0
+
+
 def test_the_mla_and_kda_seed_kernels_export_together_as_two_solutions(tmp_path):
     """Both seeds are files named seed_triton.py: bench names each by its task and content, `--solution PATH` gives
     each the traces of its own task, and the dataset loads with two solutions, each with its own source."""
