@@ -13,6 +13,14 @@
 set -uo pipefail
 out=${1:?give an output folder}; evals=${2:-8}; shift $(( $# > 1 ? 2 : 1 ))
 tasks=${*:-mla_decode kda_prefill}
+# The paper's matrix: BUDGETS="equal extra" (extra: budget.extra_multiplier times the evaluations) and SEEDS="1 2";
+# each run is <task>-<team>[-<budget>-s<seed>] (the defaults, equal and seed 1, keep the older runs' names)
+read -r -a budgets <<< "${BUDGETS:-equal}"
+read -r -a seeds <<< "${SEEDS:-1}"
+# TRACKING="mlflow tracking.tracking_uri=sqlite:////tmp/evoteam-teams/mlflow.db": every run in one store under the
+# root, which the archive carries back (default none)
+read -r -a tracking <<< "${TRACKING:-none}"
+tracking[0]=tracking=${tracking[0]}
 read -r -a extra <<< "${EXTRA:-}"  # e.g. EXTRA="task.workloads=[15208288,d8c3b3c2]"
 root=/tmp/evoteam-teams  # the same absolute path in every call: a resumed run finds itself where it was
 mkdir -p "$out" "$root/cache"
@@ -27,28 +35,30 @@ if [ -n "${RUN_IN:-}" ]; then
 fi
 start=$SECONDS
 for task in $tasks; do
-  for team in single fixed4 evolving; do
+  for budget in "${budgets[@]}"; do for seed in "${seeds[@]}"; do for team in single fixed4 evolving; do
     run=$root/$task-$team
+    [ "$budget/$seed" = equal/1 ] || run=$run-$budget-s$seed
     if [ -f "$run/final/results.json" ]; then
-      echo "=== $task, team=$team: finished in an earlier call"
+      echo "=== ${run##*/}: finished in an earlier call"
       continue
     fi
     limit=()
     if [ -n "${STOP_AFTER:-}" ]; then
       left=$(( STOP_AFTER - (SECONDS - start) ))
-      [ "$left" -ge 30 ] || { echo "=== $task, team=$team: not started ($STOP_AFTER s spent)"; continue; }
+      [ "$left" -ge 30 ] || { echo "=== ${run##*/}: not started ($STOP_AFTER s spent)"; continue; }
       limit=(timeout -s INT -k 60 "$left")
     fi
     if [ -f "$run/state.json" ]; then
-      echo "=== $task, team=$team: resuming"
+      echo "=== ${run##*/}: resuming"
       args=(resume="$run")
     else
-      echo "=== $task, team=$team, $evals evaluations"
-      args=(hardware=auto task="$task" team="$team" llm=offline tracking=none budget=equal
-            budget.max_evaluations="$evals" seed=1 run_dir="$run" "${extra[@]}")
+      echo "=== ${run##*/}: budget $budget, $evals evaluations at equal budget, seed $seed"
+      args=(hardware=auto task="$task" team="$team" llm=offline "${tracking[@]}" budget="$budget"
+            budget.max_evaluations="$evals" seed="$seed" run_dir="$run" "${extra[@]}")
     fi
-    "${limit[@]}" python3 -m evoteam "${args[@]}" 2>&1 | tee -a "$out/$task-$team.log" | grep -v "^  \[" | tail -60
-  done
+    "${limit[@]}" python3 -m evoteam "${args[@]}" 2>&1 | tee -a "$out/${run##*/}.log" | grep -v "^  \[" | tail -60
+  done; done; done
 done
-pack_runs "$out/team-runs.tgz" "$root" cache $(cd "$root" && ls -d ./*-single ./*-fixed4 ./*-evolving 2>/dev/null)
+pack_runs "$out/team-runs.tgz" "$root" cache $(cd "$root" && ls -d ./*-single* ./*-fixed4* ./*-evolving* ./mlflow.db \
+  ./mlartifacts 2>/dev/null)
 echo "=== runs packed in team-runs.tgz; a later call resumes the unfinished ones with RUN_IN=<that archive>"
