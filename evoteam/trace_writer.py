@@ -47,9 +47,10 @@ def solution_name_of_file(task: str, path: Path) -> str:
 
 
 def non_finite_errors(status: str, correctness: Correctness | None) -> Correctness | None:
-    """A nan_inf verdict's errors as non-finite. The checker records NaN (or Inf) errors for such an output, but its
-    worst over trials is Python's max, and max(0.0, nan) is 0.0 (an Inf survives it): finite errors under a nan_inf
-    verdict are a NaN that was lost. `status` is evoteam's (Status), as the trace's log begins with it."""
+    """A nan_inf verdict's errors as non-finite, for results and traces recorded before the checker kept them
+    (check.worst: its worst over trials was Python's max, and max(0.0, nan) is 0.0): finite errors under a nan_inf
+    verdict are a NaN that was lost. The checker's own results come through unchanged. `status` is evoteam's
+    (Status), as the trace's log begins with it."""
     if correctness is None or status != Status.NAN_INF.value:
         return correctness
     return replace(correctness, **{k: math.nan for k in ("max_relative_error", "max_absolute_error")
