@@ -21,7 +21,7 @@ bench() { python3 -m evoteam.bench "$@"; }
 for part in $parts; do
   case $part in
     tests)
-      python3 -m pytest -q -rs -p no:cacheprovider tests/test_check.py tests/test_gpu.py 2>&1 | tail -8 ;;
+      python3 -m pytest -q -rs -p no:cacheprovider tests/test_check.py tests/test_gpu.py tests/test_value_returning.py 2>&1 | tail -12 ;;
     gputests)
       python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py 2>&1 | tail -8 ;;
     mla)
