@@ -17,9 +17,11 @@ def test_help_lists_groups_and_options(evoteam_cli, tmp_path):
 
 
 def test_cfg_job_composes_target_task_and_budget(evoteam_cli, tmp_path):
-    result = evoteam_cli("--cfg", "job", "hardware=mi350x", "task=kda_prefill", "budget=extra", cwd=tmp_path)
+    result = evoteam_cli("--cfg", "job", "hardware=mi350x", "task=kda_prefill", "budget=extra", "team.max_redesigns=0",
+                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     cfg = yaml.safe_load(result.stdout)
+    assert cfg["team"]["max_redesigns"] == 0  # what Supervisor.from_config reads (tests/test_team_run.py)
     assert cfg["hardware"]["name"] == "mi350x"
     assert cfg["task"]["name"] == "kda_prefill"
     assert cfg["budget"]["mode"] == "extra"

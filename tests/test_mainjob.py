@@ -81,18 +81,6 @@ def test_a_run_that_cannot_start_leaves_no_folder(tmp_path, evoteam_cli, args, w
     assert not (tmp_path / "runs").exists(), sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
 
 
-def test_max_redesigns_zero_keeps_the_first_team(tmp_path, evoteam_cli):
-    run_dir = tmp_path / "run"
-    result = evoteam_cli("tracking=none", "task.workloads=[00cb2bc2]", "budget.max_evaluations=4",
-                         "team.stall_evaluations=1", "team.max_redesigns=0", "seed=3", f"run_dir={run_dir}",
-                         cwd=tmp_path, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    teams = [json.loads(line) for line in (run_dir / "workspace" / "teams.jsonl").read_text().splitlines()]
-    assert [t["index"] for t in teams if t["event"] == "start"] == [0], teams
-
-
-
-
 def test_an_llm_team_runs_end_to_end_against_a_server_speaking_the_provider_protocol(tmp_path, evoteam_cli):
     """The LLM side built from the llm config group (client, agents, journal, brief): a real HTTP server
     answers one agent's turn that checks a wrong kernel, then writes the seed kernel and submits it. The

@@ -28,7 +28,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as running:
+    """One server for the file, as deployed (two workers over its sqlite store): its start is most of a test's time."""
+    with mlflow_server(tmp_path_factory.mktemp("mlflow-server"), workers=2) as running:
         yield running
 
 
@@ -133,21 +134,20 @@ client.set_terminated(run.info.run_id)
 """
 
 
-def test_concurrent_writers_lose_nothing(tmp_path):
+def test_concurrent_writers_lose_nothing(server):
     """Drivers on a cluster log to one server: eight processes at once (a sweep's jobs), each a run with 40
     metric steps and 10 params, through the server as deployed (two workers over its sqlite store)."""
-    with mlflow_server(tmp_path, workers=2) as running:
-        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-        writers = [subprocess.Popen([os.sys.executable, "-c", WRITER, running["url"], str(i)], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(8)]
-        outputs = [w.communicate(timeout=300)[0].decode() for w in writers]
-        assert [w.returncode for w in writers] == [0] * 8, outputs
-        client = MlflowClient(running["url"])
-        experiments = [e for e in client.search_experiments() if e.name == "writers"]
-        assert len(experiments) == 1
-        runs = client.search_runs([experiments[0].experiment_id])
-        assert sorted(int(r.data.tags["writer"]) for r in runs) == list(range(8))
-        for run in runs:
-            assert run.info.status == "FINISHED" and len(run.data.params) == 10
-            history = client.get_metric_history(run.info.run_id, "speedup")
-            assert sorted(m.step for m in history) == list(range(40))
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    writers = [subprocess.Popen([os.sys.executable, "-c", WRITER, server["url"], str(i)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(8)]
+    outputs = [w.communicate(timeout=300)[0].decode() for w in writers]
+    assert [w.returncode for w in writers] == [0] * 8, outputs
+    client = MlflowClient(server["url"])
+    experiments = [e for e in client.search_experiments() if e.name == "writers"]
+    assert len(experiments) == 1
+    runs = client.search_runs([experiments[0].experiment_id])
+    assert sorted(int(r.data.tags["writer"]) for r in runs) == list(range(8))
+    for run in runs:
+        assert run.info.status == "FINISHED" and len(run.data.params) == 10
+        history = client.get_metric_history(run.info.run_id, "speedup")
+        assert sorted(m.step for m in history) == list(range(40))

@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
+from types import SimpleNamespace
 
 from evoteam.families import load_families
 from evoteam.harness.model import EvalResult, WorkloadResult
@@ -26,22 +28,28 @@ def _flat_evaluator(request, timeout_s):
                                for u in request.workloads])
 
 
-def test_a_stall_triggers_a_redesign_and_the_history_records_it(tmp_path):
+def _stalling_run(tmp_path, max_redesigns: int = 10):
+    """An evolving team of the offline policy whose every candidate is 1.0x (stall after 4), 12 evaluations."""
     task = load_task("mla_decode")
     workloads = task.scaled_workloads("small")
     groups = {w.uuid: task.workload_group(w) for w in workloads}
     settings = HarnessSettings.for_run("mla_decode", "cpu", "small", probe_workloads=probe_workloads(workloads, groups, 1),
                                        all_workloads=[w.uuid for w in workloads])
     ledger = Ledger(token_budget=1000, max_evaluations=12, max_wall_time_s=600)
-    spec = presets.evolving("offline")
-    from dataclasses import replace
-    spec = replace(spec, stall_evaluations=4)
+    spec = replace(presets.evolving("offline"), stall_evaluations=4)
     logs = []
+    # the supervisor as the main job builds it from the `team` config group
+    supervisor = Supervisor.from_config(SimpleNamespace(max_redesigns=max_redesigns), sorted(set(groups.values())),
+                                        "offline")
     run = TeamRun(run_dir=tmp_path, task=task, workloads=workloads, settings=settings, ledger=ledger, preset=spec,
-                  space=SearchSpace(load_families(task)), supervisor=Supervisor(sorted(set(groups.values())),
-                                                                                ["offline"]),
-                  seed=1, log=logs.append, evaluator=_flat_evaluator)
+                  space=SearchSpace(load_families(task)), supervisor=supervisor, seed=1, log=logs.append,
+                  evaluator=_flat_evaluator)
     assert run.run() == "evaluation budget spent: 12 of 12"
+    return run, spec, logs
+
+
+def test_a_stall_triggers_a_redesign_and_the_history_records_it(tmp_path):
+    run, spec, logs = _stalling_run(tmp_path)
     teams = run.workspace.teams()
     assert len(teams) >= 2, logs
     assert teams[1].designed_by == "rules" and teams[1].spec.parent == spec.spec_id
@@ -55,6 +63,14 @@ def test_a_stall_triggers_a_redesign_and_the_history_records_it(tmp_path):
     # Every evaluation is a distinct candidate: nothing was evaluated twice.
     keys = [a.key for a in run.workspace.attempts]
     assert len(keys) == len(set(keys)) == 12
+
+
+def test_max_redesigns_zero_keeps_the_first_team(tmp_path):
+    """team.max_redesigns=0: the same stall that redesigns the team above leaves it as it is, to the budget's end
+    (tests/test_cli_config.py: the key composes into the config the supervisor is built from)."""
+    run, _, logs = _stalling_run(tmp_path, max_redesigns=0)
+    assert [t.index for t in run.workspace.teams()] == [0], logs
+    assert len(run.workspace.attempts) == 12
 
 
 def _journal(run_dir):

@@ -184,6 +184,12 @@ def stream_write_value(stream: int, address: int, value: int) -> None:
         ctypes.c_uint(CU_STREAM_WRITE_VALUE_DEFAULT)), "cuStreamWriteValue32")
 
 
+def graph_upload(graph_exec: int, stream: int) -> None:
+    """Enqueue on `stream` the upload of an instantiated graph, without running it (a launch of a graph not yet
+    uploaded uploads it first, ordered behind what the stream waits on)."""
+    _check(_fn("cuGraphUpload")(ctypes.c_void_p(graph_exec), ctypes.c_void_p(stream)), "cuGraphUpload")
+
+
 class _ArrayInterface:
     def __init__(self, ptr: int, nbytes: int):
         self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),

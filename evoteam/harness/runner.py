@@ -13,6 +13,7 @@ task nor its reference.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import os
 import sys
@@ -25,6 +26,8 @@ import torch
 from evoteam.harness.protocol import Channel, ChannelClosed
 from evoteam.harness.shared import FlagPage, MappedBuffers, TensorRef
 
+STUCK_DUMP_S = 30.0  # see Runner.serve
+CPU_TIMED_OPS = ("call",)
 FATAL_CUDA_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
                       "illegal instruction", "an illegal", "CUDA error")
 
@@ -123,12 +126,23 @@ class Runner:
             except ChannelClosed:
                 return
             op = msg.get("op")
+            # An op still running after STUCK_DUMP_S writes every thread's stack to this runner's log (the judge
+            # ends a silent runner with SIGKILL, which leaves no word of where it was; its log reaches the
+            # evaluation's log tail). A diagnostic only: nothing is decided by it. Not armed for the calls the judge
+            # times on a CPU (arming starts a thread: its CPU time would be in every interval); on a GPU the judge's
+            # clock starts at the release word, after it.
+            watched = self.cuda or op not in CPU_TIMED_OPS
+            if watched:
+                faulthandler.dump_traceback_later(STUCK_DUMP_S, exit=False)
             try:
                 reply = getattr(self, f"op_{op}")(msg, fds)
             except Exception as exc:  # noqa: BLE001 - any failure of the candidate is reported, never believed
                 reply = _failure(exc)
             except SystemExit as exc:
                 reply = {"ok": False, "status": "exception", "detail": f"SystemExit({exc.code}) from the candidate"}
+            finally:
+                if watched:
+                    faulthandler.cancel_dump_traceback_later()
             try:
                 self.channel.send(reply)
             except ChannelClosed:
@@ -360,6 +374,14 @@ class Runner:
             pass
         if hasattr(graph, "instantiate"):
             graph.instantiate()
+        try:  # uploaded now, not by the first armed replay: that upload is ordered behind the release word, inside
+            # the judge's clock (and on the H200 an honest PyTorch candidate's arm did not answer: being checked)
+            from evoteam.harness import cudadrv
+
+            cudadrv.graph_upload(graph.raw_cuda_graph_exec(), self.stream.cuda_stream)
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - an older driver or torch: the first replay uploads it
+            pass
         self.graph = graph
         return {"ok": True}
 
