@@ -2,7 +2,9 @@
 its release word, then the replay) return at once, or does the host block until the word is written?
 
 On the H200 (2026-12-05) an honest PyTorch candidate and a value-returning wrapper timed out in the runner's `arm`
-(graph batch) while Triton-only kernels did not; their graphs hold memcpy/memset nodes and private-pool allocations.
+(graph batch) while Triton-only kernels did not; their graphs hold many more nodes (about 25 a call, up to 128 calls a
+batch), memcpy/memset nodes and private-pool allocations. The suspicion: a graph not yet uploaded is submitted node by
+node at its first launch, the stream's queue fills behind the unwritten word, and the host blocks.
 Each graph kind below is replayed twice behind an unwritten word that a timer thread writes after GATE_S: a replay
 that takes about GATE_S on the host blocked on the gate. Variants: the first replay after instantiate, a graph
 uploaded first (cuGraphUpload), and a graph replayed once ungated first.
@@ -35,6 +37,9 @@ def main() -> None:
         "memset": lambda: y.zero_(),
         "memcpy": lambda: y.copy_(x),
         "alloc+memcpy": lambda: y.copy_(x * 2),
+        # an honest PyTorch candidate's batch: ~25 kernels and copies a call, up to 128 calls a batch
+        "kernels x3000": lambda: [torch.add(x, 1, out=y) for _ in range(3000)],
+        "allocs x3000": lambda: [y.copy_(x + 1) for _ in range(1500)],
     }
     release = FlagPage.call_release(0)
     value = 0
