@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 18's measurements on one NVIDIA GPU (the lent H200); the same parts run before and after the
 # harness change, each comparison side by side in one run:
+#   gate     does a CUDA graph's launch behind an unwritten release word block the host (scripts/graph_gate_probe.py)
 #   probe    the split harness's building blocks (scripts/harness_probe.py): the sandbox, device memory
 #            shared across PID namespaces, intervals timed by the judge, escaped work, faults
 #   smoke    the champion on two MLA workloads, few rounds: does the harness run here at all
@@ -53,6 +54,8 @@ timed() {  # $1: name; the rest: evoteam.bench arguments. Appends "<name> <secon
 }
 for part in $parts; do
   case $part in
+    gate)
+      timeout 180 python3 scripts/graph_gate_probe.py 2>&1 | tee -a "$log" ;;
     probe)
       timeout 300 python3 scripts/harness_probe.py --bwrap "$(command -v bwrap)" --json "$out/probe.json" 2>&1 \
         | tee -a "$log" ;;

@@ -33,7 +33,7 @@ def context(tmp_path_factory):
 @pytest.mark.parametrize("case", CPU_CASES, ids=[c.name for c in CPU_CASES])
 def test_case_is_caught(case, context):
     row = run_case(case, context)
-    assert row.caught, row.line()
+    assert row.caught, row.line() + "\n" + row.log
 
 
 @pytest.mark.slow

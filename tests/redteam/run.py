@@ -114,6 +114,7 @@ class Row:
     evidence: str
     caught: bool
     why: str
+    log: str = ""  # the evaluation's log tail where the case was not caught (the runners' logs among it)
 
     def line(self) -> str:
         times = ", ".join("-" if t is None else f"{t:.3g}" for t in self.candidate_ms)
@@ -217,7 +218,8 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
         why += f" ({baseline_note})" if baseline_note and not traces else ""
     if timing:
         why += f" [{timing}]"
-    return Row(case.name, case.cls, case.expect, statuses, times, "; ".join(traces) or "-", caught, why)
+    return Row(case.name, case.cls, case.expect, statuses, times, "; ".join(traces) or "-", caught, why,
+               "" if caught else outcome.log_tail[-6000:])
 
 
 def table(rows: list[Row]) -> str:
