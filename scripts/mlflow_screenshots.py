@@ -33,13 +33,10 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -51,6 +48,7 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
+from evoteam.tracking.server import free_port, running  # noqa: E402
 from evoteam.tracking.store import ARTIFACTS_DIR, KIND, SWEEP  # noqa: E402
 
 EXIT_BAD_INPUT = 2
@@ -129,20 +127,6 @@ def copy_store(db: Path, into: Path) -> Path:
 
 
 # ---------------------------------------------------------------------- the server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def mlflow_server(db: Path, artifacts: Path, log_path: Path, timeout_s: float = 180):
     """`mlflow server` over `db` on a free 127.0.0.1 port until the block ends (also on error)."""
@@ -153,27 +137,11 @@ def mlflow_server(db: Path, artifacts: Path, log_path: Path, timeout_s: float = 
     args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
             "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
             "--allowed-hosts", hosts, "--cors-allowed-origins", f"http://{UI_HOST}:{port}"]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(args, cwd=db.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while not healthy(url):
-                if proc.poll() is not None:
-                    tail = log_path.read_text()[-1500:].strip().splitlines()
-                    raise RuntimeError(f"mlflow server exited ({proc.returncode}): {tail[-1] if tail else ''}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"mlflow server did not answer {url}/health in {timeout_s:.0f} s")
-                time.sleep(0.5)
+    try:
+        with running(args, url, log_path, db.parent, env, timeout_s):
             yield url
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)  # its own process group: the server and its workers
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+    except RuntimeError as exc:
+        raise RuntimeError(f"mlflow {exc}") from None
 
 
 # ---------------------------------------------------------------------- the browser

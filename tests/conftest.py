@@ -1,30 +1,14 @@
 import contextlib
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from evoteam.tracking.server import free_port, running
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -35,25 +19,8 @@ def mlflow_server(data: Path, workers: int = 1):
     env = {**os.environ, "MLFLOW_DATA": str(data), "MLFLOW_HOST": "127.0.0.1", "MLFLOW_PORT": str(port),
            "MLFLOW_WORKERS": str(workers), "MLFLOW_BIN": str(Path(sys.executable).parent / "mlflow"),
            "MLFLOW_DISABLE_TELEMETRY": "true"}
-    log = open(data / "server.log", "w")
-    proc = subprocess.Popen(["bash", str(REPO / "mlflow" / "server.sh")], cwd=data, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not _healthy(url):
-            assert proc.poll() is None, (data / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not answer /health in time"
-            time.sleep(0.5)
+    with running(["bash", str(REPO / "mlflow" / "server.sh")], url, data / "server.log", data, env):
         yield {"url": url, "data": data}
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (uvicorn and its workers)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
 
 
 def run_evoteam(*args: str, cwd: Path | None = None, env: dict | None = None, python: str = sys.executable,

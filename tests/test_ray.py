@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,7 +29,7 @@ from evoteam.harness.ray_executor import RayExecutor  # noqa: E402
 from evoteam.schema import read_journal  # noqa: E402
 from evoteam.task import load_task  # noqa: E402
 
-from conftest import REPO, mlflow_server  # noqa: E402
+from conftest import REPO, free_port, mlflow_server  # noqa: E402
 
 RAY = str(Path(sys.executable).parent / "ray")
 CANDIDATE = str(REPO / "tests" / "data" / "candidates" / "mla_torch.py")
@@ -39,17 +38,11 @@ CLUSTER_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN, "RAY_health_ch
                "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Cluster:
     def __init__(self, root: Path):
         self.root = root
         self.env = {**os.environ, **CLUSTER_ENV}
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.blocking: list[subprocess.Popen] = []
 
