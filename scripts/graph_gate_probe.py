@@ -12,7 +12,6 @@ uploaded first (cuGraphUpload), and a graph replayed once ungated first.
 Usage on a GPU host, from the repository root: python3 scripts/graph_gate_probe.py
 """
 
-import ctypes
 import threading
 import time
 
@@ -61,9 +60,10 @@ def main() -> None:
             if hasattr(graph, "instantiate"):
                 graph.instantiate()
             if variant == "uploaded":
-                upload = cudadrv._fn("cuGraphUpload")
-                cudadrv._check(upload(ctypes.c_void_p(graph.raw_cuda_graph_exec()),
-                                      ctypes.c_void_p(stream.cuda_stream)), "cuGraphUpload")
+                try:  # as the runner does (runner.op_capture); torch without raw_cuda_graph_exec: not uploaded
+                    cudadrv.graph_upload(graph.raw_cuda_graph_exec(), stream.cuda_stream)
+                except (AttributeError, cudadrv.CudaDriverError) as exc:
+                    print(f"{variant:9s} {name:13s} not uploaded: {exc}", flush=True)
                 torch.cuda.synchronize()
             elif variant == "warm":
                 graph.replay()
