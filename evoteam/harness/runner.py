@@ -365,10 +365,10 @@ class Runner:
             torch.cuda.synchronize()
             return {"ok": False, "detail": _detail(exc).splitlines()[0][:300]}
         torch.cuda.synchronize()
+        from evoteam.harness import cudadrv
+
         self.graph_kernels = None
         try:  # the kernels it launches, read from the graph (the profiler's start costs seconds): op_kernels
-            from evoteam.harness import cudadrv
-
             self.graph_kernels = sorted(set(cudadrv.graph_kernel_names(graph.raw_cuda_graph())))
         except Exception:  # noqa: BLE001 - an older driver or torch: op_kernels profiles a call instead
             pass
@@ -376,8 +376,6 @@ class Runner:
             graph.instantiate()
         try:  # uploaded now, not by the first armed replay: that upload is ordered behind the release word, inside
             # the judge's clock (and on the H200 an honest PyTorch candidate's arm did not answer: being checked)
-            from evoteam.harness import cudadrv
-
             cudadrv.graph_upload(graph.raw_cuda_graph_exec(), self.stream.cuda_stream)
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - an older driver or torch: the first replay uploads it
