@@ -1,4 +1,5 @@
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,18 @@ def mlflow_server(data: Path, workers: int = 1):
            "MLFLOW_DISABLE_TELEMETRY": "true"}
     with running(["bash", str(REPO / "mlflow" / "server.sh")], url, data / "server.log", data, env):
         yield {"url": url, "data": data}
+
+
+def write_solution(folder: Path, name: str, definition: str, sources: dict[str, str], **spec) -> str:
+    """A FlashInfer-Trace Solution (author "tests") with these sources and BuildSpec fields, written to
+    `folder/name.json`; its path."""
+    from evoteam.schema import BuildSpec, Solution, SourceFile
+
+    solution = Solution(name=name, definition=definition, author="tests", spec=BuildSpec(**spec),
+                        sources=tuple(SourceFile(path=p, content=text) for p, text in sources.items()))
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(solution.to_json()))
+    return str(path)
 
 
 def run_evoteam(*args: str, cwd: Path | None = None, env: dict | None = None, python: str = sys.executable,

@@ -15,7 +15,6 @@ from evoteam import hardware
 from evoteam.harness.candidate import Candidate, solution_of_path
 from evoteam.harness.executor import evaluate
 from evoteam.harness.model import EvalRequest, Status
-from evoteam.schema import BuildSpec, Solution, SourceFile
 from evoteam.task import load_task
 from evoteam.team.budget import Ledger
 from evoteam.team.spec import RoleSpec
@@ -23,7 +22,7 @@ from evoteam.team.toolbox import HarnessSettings, Toolbox
 from evoteam.team.workspace import Workspace
 from evoteam.trace_writer import TRACE_STATUS
 
-from conftest import REPO
+from conftest import REPO, write_solution
 
 needs_compiler = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                                     reason="needs a C++ compiler (Debian's g++)")
@@ -33,14 +32,9 @@ TASK = load_task("mla_decode")
 
 
 def _solution(tmp_path, name: str, planted: str = "") -> str:
-    source = SOURCE.replace("  // PLANTED\n", planted)
-    solution = Solution(name=name, definition=TASK.definition.name, author="tests",
-                        spec=BuildSpec(language="cpp", target_hardware=("cpu",), entry_point="kernel.cpp::run",
-                                       binding="torch"),
-                        sources=(SourceFile(path="kernel.cpp", content=source),))
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(solution.to_json()))
-    return str(path)
+    return write_solution(tmp_path, name, TASK.definition.name,
+                          {"kernel.cpp": SOURCE.replace("  // PLANTED\n", planted)},
+                          language="cpp", target_hardware=("cpu",), entry_point="kernel.cpp::run", binding="torch")
 
 
 def _request(solution: str, uuids, **kw) -> EvalRequest:

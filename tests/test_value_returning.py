@@ -12,11 +12,10 @@ from evoteam.harness.candidate import Candidate
 from evoteam.harness.executor import evaluate
 from evoteam.harness.model import EvalRequest, Status
 from evoteam.harness.runner import WrongOutputs, deliver
-from evoteam.schema import BuildSpec, Solution, SourceFile
 from evoteam.task import load_task
 from evoteam.trace_writer import to_trace
 
-from conftest import REPO
+from conftest import REPO, write_solution
 
 CANDIDATES = REPO / "tests" / "data" / "candidates"
 SOURCE = (CANDIDATES / "mla_torch_returns.py").read_text()
@@ -31,14 +30,9 @@ def uuids():
 
 
 def _solution(tmp_path, name: str, returns: str = RETURN) -> str:
-    source = SOURCE.replace(RETURN, returns)
-    solution = Solution(name=name, definition=TASK.definition.name, author="tests",
-                        spec=BuildSpec(language="python", target_hardware=("cpu",), entry_point="main.py::run",
-                                       destination_passing_style=False),
-                        sources=(SourceFile(path="main.py", content=source),))
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(solution.to_json()))
-    return str(path)
+    return write_solution(tmp_path, name, TASK.definition.name, {"main.py": SOURCE.replace(RETURN, returns)},
+                          language="python", target_hardware=("cpu",), entry_point="main.py::run",
+                          destination_passing_style=False)
 
 
 def _request(solution: str, uuids, **kw) -> EvalRequest:
@@ -141,16 +135,13 @@ def test_on_a_gpu_the_copy_is_captured_with_the_call(tmp_path):
     from evoteam import hardware
 
     target = hardware.resolve("auto")
-    solution = Solution(name="seed_returns", definition=TASK.definition.name, author="tests",
-                        spec=BuildSpec(language="triton", target_hardware=(target.name,), entry_point="main.py::run",
-                                       destination_passing_style=False),
-                        sources=(SourceFile(path="main.py", content=WRAPPER),
-                                 SourceFile(path="seed_triton.py",
-                                            content=(REPO / "kernels" / "mla_decode" / "seed_triton.py").read_text())))
-    path = tmp_path / "seed_returns.json"
-    path.write_text(json.dumps(solution.to_json()))
+    path = write_solution(tmp_path, "seed_returns", TASK.definition.name,
+                          {"main.py": WRAPPER,
+                           "seed_triton.py": (REPO / "kernels" / "mla_decode" / "seed_triton.py").read_text()},
+                          language="triton", target_hardware=(target.name,), entry_point="main.py::run",
+                          destination_passing_style=False)
     workloads = sorted(TASK.workloads, key=lambda w: w.axes["batch_size"])
-    result = evaluate(EvalRequest(task="mla_decode", hardware=target.name, solution=str(path),
+    result = evaluate(EvalRequest(task="mla_decode", hardware=target.name, solution=path,
                                   workloads=[workloads[0].uuid, workloads[-1].uuid], warmup=1, reps=3), timeout_s=900)
     for r in result.results:
         assert r.status == Status.PASSED, r.detail
