@@ -50,7 +50,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from evoteam import resources
+from evoteam import resources, triton_interpreter
 from evoteam.errors import UserError
 from evoteam.schema import Definition, Trace, Workload, read_jsonl
 from evoteam.tolerance import DTYPE_TOLERANCES, Tolerance  # noqa: F401 - part of the task contract
@@ -68,6 +68,7 @@ def load_module_from_path(path: Path, name: str | None = None) -> ModuleType:
     # Registered before exec so that dataclasses and Triton's source inspection can find it.
     sys.modules[mod_name] = module
     spec.loader.exec_module(module)
+    triton_interpreter.skip_repeated_patching()  # a kernel file under TRITON_INTERPRET=1: its device calls cheaper
     return module
 
 
