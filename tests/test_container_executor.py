@@ -78,7 +78,8 @@ def _workers_left(engine) -> list:
 
 def test_correct_candidate_passes_in_the_container(engine, small_uuids, tmp_path):
     result = _executor(engine, tmp_path)(_request(CANDIDATES / "mla_torch.py", small_uuids[:2]), 120)
-    assert [r.status for r in result.results] == ["PASSED", "PASSED"], result.log_tail
+    assert [r.status for r in result.results] == ["PASSED", "PASSED"], ([r.detail for r in result.results],
+                                                                        [r.spread for r in result.results])
     for r in result.results:
         assert r.baseline == "reference" and r.timing_mode.startswith("wallclock (no cgroup")  # none inside a container
         assert r.baseline_ms > 0 and r.candidate_ms > 0 and r.candidate_repeat_ms > 0

@@ -42,3 +42,16 @@ def test_device_modes_need_a_gpu(mode):
 def test_unknown_mode():
     with pytest.raises(ValueError, match="unknown timing mode 'fast'"):
         timing.measure({"a": lambda i: None}, device="cpu", mode="fast")
+
+
+def test_the_host_clocks_least_disturbed_figure_takes_the_protocols_quickest_batch_warm_up_included():
+    """In a container (no cgroup, so no CPU time) a side's time is also judged on its least disturbed batch: its
+    quickest timed batch per call less the protocol's quickest per call, warm-up rounds included for the protocol
+    (load only adds to a batch, so its quickest is the closest to the protocol alone)."""
+    from evoteam.harness.judge import _least
+
+    plan = {"null": (None, None, [0, 1], None, True, None), "candidate": (None, None, [0, 1, 2, 3], None, False, "null")}
+    walls = {"null": [0.2, 5.0, 3.0], "candidate": [100.0, 8.0, 12.0]}  # round 0 is the warm-up
+    assert _least(plan, walls, "candidate", warmup=1) == pytest.approx(8.0 / 4 - 0.2 / 2)
+    assert _least(plan, walls, "candidate", warmup=0) == pytest.approx(8.0 / 4 - 0.2 / 2)
+    assert _least(plan, {"null": [0.2], "candidate": [100.0]}, "candidate", warmup=1) == float("-inf")  # not timed yet

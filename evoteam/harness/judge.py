@@ -784,11 +784,14 @@ class Judge:
         candidate_call = 0
         baseline_checked = cached is not None
         limit, started = warmup + min_reps, time.monotonic()
+        host_clock = mode is TimingMode.cputime and cand.process.cpu_usec() is None  # no cgroup: in a container
         for rnd in itertools.count():
             if rnd >= limit:
                 elapsed = time.monotonic() - started
                 more = step * elapsed / max(rnd, 1)  # what the next extra rounds would take
-                if (limit >= warmup + max_reps or self._settled(samples, cached, clock_c.width, clock_c.paired)
+                settled = self._settled(samples, cached, clock_c.width, clock_c.paired) and not (
+                    host_clock and _least(plan, walls, "candidate", warmup) <= 0)
+                if (limit >= warmup + max_reps or settled
                         or (clock_c.extend_s is not None and elapsed + more > clock_c.extend_s)
                         or time.monotonic() + 2 * more > deadline):
                     break
@@ -861,7 +864,6 @@ class Judge:
             ratios = _paired(samples)
             if ratios:
                 out["paired"] = timing.median(ratios)
-        host_clock = mode is TimingMode.cputime and cand.process.cpu_usec() is None  # no cgroup: in a container
         if mode is TimingMode.cputime and samples["candidate"] and not host_clock:
             # CPU time counts work wherever the runner does it; a call that mostly waits did its work
             # somewhere CPU time does not see. Legitimate work on a single thread takes about its CPU time.
@@ -872,16 +874,14 @@ class Judge:
         if host_clock and samples["candidate"]:
             # The host clock's fallback: the machine's load only ever adds to an interval, and a few ms of it in the
             # protocol's own intervals outweigh an honest call of 0.3 ms: on a loaded CI machine the median of the
-            # per-round differences flagged one honest batch-1 call in a container and reported another's as
-            # -0.05 ms. So each side's time is that of its least disturbed intervals: its quickest
-            # batch less the protocol's quickest, per call. A call that does no work is still as quick there as the
-            # protocol (no_time, _flags). The speedup stays the median of the per-round ratios, which the load moves
-            # alike on both sides. (The CPU-idle check above needs CPU time: it has none to compare.)
+            # per-round differences flagged one honest batch-1 call in a container, reported another's as -0.05 ms,
+            # and the least disturbed intervals alone (two rounds) flagged a third. So each side's time is the larger
+            # of the two estimates, and the rounds go on (to the most allowed) while the candidate's least disturbed
+            # figure is not above the protocol's: a call that does no work stays there however long it is timed
+            # (no_time, _flags). The speedup stays the median of the per-round ratios, which the load moves alike on
+            # both sides. (The CPU-idle check above needs CPU time: it has none to compare.)
             for side in reported:
-                _, _, side_sets, _, _, against = plan[side]
-                least = (min(walls[side][warmup:]) / len(side_sets)
-                         - min(walls[against][warmup:]) / len(plan[against][2]))
-                out[side] = (least, *out[side][1:])
+                out[side] = (max(out[side][0], _least(plan, walls, side, warmup)), *out[side][1:])
         # the speedup's 95% interval: the order statistics around the median of the per-round ratios (the two sides
         # timed moments apart in each round; against a cached baseline time, the candidate's rounds alone)
         ratios = (_ratios(samples, "baseline", "candidate") if cached is None
@@ -943,6 +943,16 @@ class Judge:
             foreign = scan.foreign_kernels(self.kernel_names, self.own_kernels)
             if foreign:
                 result.flags.append(f"baseline_kernels: {', '.join(sorted(set(foreign))[:3])}")
+
+
+def _least(plan: dict, walls: dict[str, list[float]], side: str, warmup: int) -> float:
+    """The host clock's least disturbed time per call of `side`: its quickest timed batch less the quickest batch of
+    the protocol it is measured against (warm-up rounds included: the protocol's quickest is what load never added
+    to), per call; -inf before a timed round."""
+    _, _, side_sets, _, _, against = plan[side]
+    if len(walls[side]) <= warmup or not walls[against]:
+        return -math.inf
+    return min(walls[side][warmup:]) / len(side_sets) - min(walls[against]) / len(plan[against][2])
 
 
 def _paired(samples: dict[str, list[float]]) -> list[float]:
