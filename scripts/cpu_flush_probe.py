@@ -14,9 +14,14 @@ import argparse
 import os
 import time
 
-import numpy
-
-from evoteam.harness.cache_flush import MIB, candidate_fills, cold_reads, last_level_cache_bytes, smallest_evicting
+from evoteam.harness.cache_flush import (
+    MIB,
+    CpuFlusher,
+    candidate_fills,
+    cold_reads,
+    last_level_cache_bytes,
+    smallest_evicting,
+)
 
 
 def main() -> int:
@@ -32,11 +37,11 @@ def main() -> int:
         reads = cold_reads(fills, work_bytes)
         print(f"{work_bytes // MIB:>6} MiB  " + "  ".join(f"{ms:>10.3f}" for ms in reads)
               + f"   evicted from F = {smallest_evicting(fills, reads) // MIB} MiB")
-    flusher = numpy.empty(max(fills), dtype=numpy.uint8)
+    flusher = CpuFlusher(max(fills))
     for fill in fills:
         t0 = time.perf_counter()
         for r in range(5):
-            flusher[:fill].fill(r)
+            flusher.fill(r, fill)
         print(f"one fill of {fill // MIB} MiB: {(time.perf_counter() - t0) / 5 * 1e3:.2f} ms")
     return 0
 

@@ -487,3 +487,26 @@ def test_the_cpu_flush_is_the_smallest_fill_measured_to_evict_and_measured_once(
     assert size == cache_flush.candidate_fills(cache_flush.last_level_cache_bytes())[-2] and source == "measured now"
     assert cache_flush.flush_bytes(tmp_path) == (size, f"measured before ({tmp_path / 'cpu_flush.json'})")
     assert len(calls) == 1
+    # a figure measured with another way of filling (one memset, as before) is not taken for this one
+    import json
+
+    known = json.loads((tmp_path / "cpu_flush.json").read_text())
+    (key,) = known
+    assert key.endswith(f"|{cache_flush.METHOD}")
+    (tmp_path / "cpu_flush.json").write_text(json.dumps({key.rsplit("|", 1)[0]: known[key]}))
+    assert cache_flush.flush_bytes(tmp_path)[1] == "measured now" and len(calls) == 2
+
+
+def test_the_cpu_flush_writes_every_byte_a_slice_at_a_time():
+    """glibc's memset of a large block uses non-temporal stores, which go around the caches: the flusher writes slices
+    of FILL_CHUNK (under the threshold on any x86 with an L3 of 4 MiB or more), all of its buffer or the first n bytes."""
+    from evoteam.harness import cache_flush
+
+    chunk = cache_flush.FILL_CHUNK
+    assert chunk <= 2 * cache_flush.MIB
+    flusher = cache_flush.CpuFlusher(3 * chunk + 5)
+    flusher.buffer[:] = 0
+    flusher.fill(7, 2 * chunk + 3)  # the last slice short
+    assert (flusher.buffer[:2 * chunk + 3] == 7).all() and not flusher.buffer[2 * chunk + 3:].any()
+    flusher.fill(9)
+    assert (flusher.buffer == 9).all()

@@ -44,7 +44,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy
 import torch
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
@@ -206,11 +205,12 @@ class Judge:
                 # on it (pool threads spinning there beside a runner made an evaluation 6x slower).
                 os.sched_setaffinity(0, self.cpus)
                 torch.set_num_threads(1)
-                # numpy's fill runs on the calling thread alone (torch's would use its thread pool); its size is
-                # what evicts on this machine, measured here (once per machine) on the CPU the evaluation times on
+                # numpy's fill runs on the calling thread alone (torch's would use its thread pool), a slice at a
+                # time (cache_flush); its size is what evicts on this machine, measured here (once per machine) on
+                # the CPU the evaluation times on
                 t = time.perf_counter()
                 size, source = cache_flush.flush_bytes()
-                self.flusher = numpy.empty(size, dtype=numpy.uint8)
+                self.flusher = cache_flush.CpuFlusher(size)
                 self.logs.append(f"CPU cache flush: {size >> 20} MiB before every interval ({source})")
                 self._phase(SUB_FLUSH, t)
             if unusable is None:
