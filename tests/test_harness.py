@@ -497,6 +497,14 @@ def test_the_cpu_flush_is_the_smallest_fill_measured_to_evict_and_measured_once(
     assert cache_flush.flush_bytes(tmp_path)[1] == "measured now" and len(calls) == 2
 
 
+def test_the_cpu_flush_sizes_tried_reach_four_times_the_cache_and_at_least_256_mib():
+    from evoteam.harness import cache_flush
+
+    mib = cache_flush.MIB
+    assert cache_flush.candidate_fills(32 * mib) == [8 * mib * 2 ** i for i in range(6)]  # 8 MiB .. 256 MiB
+    assert cache_flush.candidate_fills(480 * mib)[-1] == 1024 * mib  # a large reported cache: to four times it
+
+
 def test_the_cpu_flush_writes_every_byte_a_slice_at_a_time():
     """glibc's memset of a large block uses non-temporal stores, which go around the caches: the flusher writes slices
     of FILL_CHUNK (under the threshold on any x86 with an L3 of 4 MiB or more), all of its buffer or the first n bytes."""
