@@ -262,7 +262,10 @@ def test_a_cpu_baseline_is_batched_by_its_own_calls_not_the_candidates(tmp_path,
     assert slow.spread["calls_per_batch"] == 1  # 30 ms per call looked too slow for more than one per interval
     # the baseline's batch is its own (a power of two from two calls: one step apart at most between evaluations)
     assert slow.spread["baseline_calls_per_batch"] >= honest.spread["baseline_calls_per_batch"] // 2 > 0
-    assert slow.baseline_ms < 1.4 * honest.baseline_ms, (slow.baseline_ms, honest.baseline_ms)
+    # the fault put the baseline at 1.7-1.9x; two evaluations' baselines of equal batches differ by 0.93-1.21x on a
+    # quiet machine and reached 1.41x under CI load (the flush evicting to DRAM, other workers on the memory bus)
+    assert slow.baseline_ms < 1.55 * honest.baseline_ms, (slow.baseline_ms, honest.baseline_ms, slow.spread,
+                                                          honest.spread)
 
 
 def test_a_cpu_target_times_both_sides_on_one_cpu_the_candidate_cannot_leave(tmp_path, small_uuids):
