@@ -177,14 +177,15 @@ class Runner:
                 sys.modules["candidate"] = module
                 spec.loader.exec_module(module)  # type: ignore[union-attr]
                 fn = getattr(module, msg["entry"], None)
-                from evoteam import triton_interpreter
-
-                triton_interpreter.skip_repeated_patching()  # a Triton candidate on a CPU: same results, less time
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - the candidate's own failure
                 return {"ok": False, "status": "compile_error", "detail": _detail(exc)}
             if not callable(fn):
                 return {"ok": False, "status": "compile_error",
                         "detail": f"{os.path.basename(path)} defines no callable {msg['entry']!r} (the entry point)"}
+            # outside the candidate's try: a fault here is evoteam's, never the candidate's compile error
+            from evoteam import triton_interpreter
+
+            triton_interpreter.skip_repeated_patching()  # a Triton candidate on a CPU: same results, less time
             self.fn = fn
             _freeze_heap()
             return {"ok": True}
