@@ -19,6 +19,10 @@ consumes the next turn.  A turn is a dict:
    "usage": {...} | None | False,  # usage object; None = generated; False = omit
    "delay_s": 0.0}                 # sleep after response.created (budget tests)
 
+A turn may also be a function of the request's body that returns such a dict: the
+model answers what the tools said.  If the dict it returns has "again": True, the
+same function also answers the next turn request (a model polling a command).
+
 ITEM shortcuts (see _expand_item):
   {"text": "final answer"}                          -> assistant message
   {"call": "exec_command", "args": {"cmd": "..."}}  -> function_call
@@ -242,7 +246,10 @@ class FakeResponsesServer:
             i = self.turn_index
             self.turn_index += 1
             if i < len(self.script):
-                turn = dict(self.script[i])
+                entry = self.script[i]
+                turn = dict(entry(rec["body"]) if callable(entry) else entry)
+                if turn.pop("again", False):
+                    self.script.insert(i + 1, entry)
             else:
                 self.exhausted_hits += 1
                 turn = {"output": [{"text": self.fallback_text}]}
