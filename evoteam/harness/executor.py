@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Protocol
 
 from evoteam.errors import UserError
-from evoteam.harness import scratch
+from evoteam.harness import judge_server, scratch
+from evoteam.harness.judge_server import ForkedJudge, JudgeServer, ServerGone
 from evoteam.harness.model import EvalRequest, EvalResult, Placement, Status, WorkloadResult, add_phases
 from evoteam.schema import read_journal
 
@@ -52,6 +53,9 @@ class Executor(Protocol):
 
 
 class _LocalJudge:
+    """A judge on this machine: forked by the process's judge server (judge_server.py: PyTorch and the harness
+    imported once), or, where that is switched off or cannot start, a process of its own."""
+
     def __init__(self, request: EvalRequest, workdir: Path, python: str, extra_env: dict):
         req_path = workdir / "request.json"
         req_path.write_text(json.dumps(asdict(request)))
@@ -59,14 +63,27 @@ class _LocalJudge:
         self.log_path = workdir / "judge.log"
         env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1", "EVOTEAM_JUDGE_PARENT": str(os.getpid()),
                "EVOTEAM_JUDGE_SPAWNED": repr(time.time())}
+        args = [str(req_path), str(self.progress_path)]
+        self.forked: ForkedJudge | None = None
+        self.proc: subprocess.Popen | None = None
+        for _ in range(2 if judge_server.enabled() else 0):  # a server that ended is replaced once
+            server = JudgeServer.get(python)
+            try:
+                self.forked = ForkedJudge(server, server.start(args, env, self.log_path))
+                return
+            except ServerGone:
+                continue
         with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen([python, "-m", "evoteam.harness.judge", str(req_path), str(self.progress_path)],
+            self.proc = subprocess.Popen([python, "-m", "evoteam.harness.judge", *args],
                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def poll(self) -> int | None:
-        return self.proc.poll()
+        return self.forked.poll() if self.forked else self.proc.poll()
 
     def kill(self) -> None:
+        if self.forked:
+            self.forked.kill()
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)  # the judge kills its runners on the way out
             self.proc.wait(timeout=10)
@@ -76,6 +93,10 @@ class _LocalJudge:
             except ProcessLookupError:
                 pass
             self.proc.wait()
+
+    def close(self) -> None:
+        if self.forked:
+            self.forked.close()
 
     def logs(self) -> str:
         try:

@@ -1,0 +1,260 @@
+"""Judges forked from a process that has imported them already.
+
+A judge process spends 1.5 s of CPU importing PyTorch and the harness before it does anything, and a team
+run starts one per evaluation. `JudgeServer` is a helper process, one per calling process, that imports the
+judge once and forks a judge for each evaluation: the same code in the same state as a fresh
+`python -m evoteam.harness.judge` would have, started in milliseconds (what CPython's
+`multiprocessing.forkserver` does, without its pickling and main-module re-import).
+
+The fork happens before any judge work: the server holds no GPU context (CUDA is initialised lazily, in the
+judge, after CUDA_VISIBLE_DEVICES is set from the request) and has not imported Triton (TRITON_INTERPRET is
+read at its import). Each judge gets the caller's environment and working directory as of its request, its own
+session (so that killing it ends its runners too), its output in its log file and stdin from /dev/null, and is
+the server's child: it ends with the server (PR_SET_PDEATHSIG, judge._end_with_parent), and the server ends
+when its caller does (its socket closes with the caller, whatever killed it). Candidates never run here: each
+judge starts its runners in their sandbox as before.
+
+`EVOTEAM_JUDGE_SERVER=0` starts every judge as its own process instead.
+
+Protocol (JSON lines on a socket pair): the caller sends {"id", "args", "env", "cwd", "log"}; the server answers
+{"id", "pid"} once the judge is forked, and {"exited": pid, "code"} when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+SWITCH_ENV = "EVOTEAM_JUDGE_SERVER"
+READY_TIMEOUT_S = 120.0  # the server's imports on a loaded machine
+KILL_GRACE_S = 10.0
+REAP_INTERVAL_S = 0.05
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH_ENV, "1") != "0"
+
+
+class ServerGone(RuntimeError):
+    """The server process ended (or never started); the caller starts judges another way or a new server."""
+
+
+class JudgeServer:
+    """The caller's side: one server per process, Python executable and PYTHONPATH (`get`)."""
+
+    _servers: dict[tuple, JudgeServer] = {}
+    _servers_lock = threading.Lock()
+
+    @classmethod
+    def get(cls, python: str) -> JudgeServer:
+        key = (python, os.environ.get("PYTHONPATH", ""), os.getpid())  # a forked caller gets its own
+        with cls._servers_lock:
+            server = cls._servers.get(key)
+            if server is None or server.gone:
+                server = cls._servers[key] = cls(python)
+            return server
+
+    def __init__(self, python: str):
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([python, "-m", "evoteam.harness.judge_server", str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     env=env, start_new_session=True)
+        theirs.close()
+        self.sock = ours
+        self.gone = False
+        self._send_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._ids = iter(range(1, 1 << 62))
+        self._started: dict[int, int] = {}  # request id -> pid
+        self._exited: dict[int, int] = {}  # pid -> exit code
+        self._ready = False
+        threading.Thread(target=self._read, name="judge-server-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        buffer = b""
+        try:
+            while True:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    break
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                with self._changed:
+                    for line in lines:
+                        message = json.loads(line)
+                        if "ready" in message:
+                            self._ready = True
+                        elif "exited" in message:
+                            self._exited[message["exited"]] = message["code"]
+                        else:
+                            self._started[message["id"]] = message["pid"]
+                    self._changed.notify_all()
+        except (OSError, ValueError):
+            pass
+        with self._changed:
+            self.gone = True
+            self._changed.notify_all()
+        self.proc.poll()  # reaped where it has ended
+
+    def start(self, args: list[str], env: dict[str, str], log_path: Path) -> int:
+        """Fork a judge running `judge_main(*args)`; its pid."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._ready or self.gone, READY_TIMEOUT_S) or self.gone:
+                raise ServerGone("the judge server did not start")
+        with self._send_lock:
+            request_id = next(self._ids)
+            message = {"id": request_id, "args": args, "env": env, "cwd": os.getcwd(), "log": str(log_path)}
+            try:
+                self.sock.sendall(json.dumps(message).encode() + b"\n")
+            except OSError as exc:
+                raise ServerGone(f"the judge server is gone ({exc})") from None
+        with self._changed:
+            self._changed.wait_for(lambda: request_id in self._started or self.gone)
+            if request_id not in self._started:
+                raise ServerGone("the judge server ended before it forked the judge")
+            return self._started.pop(request_id)
+
+    def exit_code(self, pid: int) -> int | None:
+        """The judge's exit code once it has ended (-9 where the server itself ended first: the judge ends with
+        it)."""
+        with self._changed:
+            if pid in self._exited:
+                return self._exited[pid]
+            return -signal.SIGKILL if self.gone else None
+
+    def wait(self, pid: int, timeout_s: float) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._exited or self.gone, timeout_s)
+        return self.exit_code(pid)
+
+    def forget(self, pid: int) -> None:
+        with self._changed:
+            self._exited.pop(pid, None)
+
+
+class ForkedJudge:
+    """A judge the server forked: ended, polled and forgotten as a process of the caller's own would be."""
+
+    def __init__(self, server: JudgeServer, pid: int):
+        self.server, self.pid = server, pid
+
+    def poll(self) -> int | None:
+        return self.server.exit_code(self.pid)
+
+    def kill(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # the judge ends its runners on SIGTERM
+            if self.poll() is not None:
+                return
+            _signal_group(self.pid, sig)
+            if self.server.wait(self.pid, KILL_GRACE_S) is not None:
+                return
+
+    def close(self) -> None:
+        self.server.forget(self.pid)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """The judge's session (its runners included); the judge alone in the moment before it has one."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+# ------------------------------------------------------------------------------------------ the server process
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _judge_child(sock: socket.socket, request: dict) -> None:
+    """In the forked child: become a fresh judge process, run it, exit with its code (never returns)."""
+    code = 1
+    try:
+        sock.close()
+        os.setsid()
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ["EVOTEAM_JUDGE_PARENT"] = str(os.getppid())  # the server: the judge ends with it
+        from evoteam.harness import judge
+
+        sys.argv = [judge.__file__, *request["args"]]
+        code = judge.judge_main(*request["args"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - whatever it is, it goes to the judge's log, as a fresh process's would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(fd: int) -> int:
+    sock = socket.socket(fileno=fd)
+    # what every judge imports (PyTorch with them), so that none imports it again
+    from evoteam import hardware, task  # noqa: F401
+    from evoteam.harness import check, judge  # noqa: F401
+
+    _send(sock, {"ready": os.getpid()})
+    children: set[int] = set()
+    buffer = b""
+    try:
+        while True:
+            readable, _, _ = select.select([sock], [], [], REAP_INTERVAL_S if children else None)
+            if readable:
+                data = sock.recv(1 << 16)
+                if not data:
+                    break  # the caller is gone: so is every judge (they end with this process)
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    request = json.loads(line)
+                    pid = os.fork()
+                    if pid == 0:
+                        _judge_child(sock, request)
+                    children.add(pid)
+                    _send(sock, {"id": request["id"], "pid": pid})
+            while children:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                children.discard(pid)
+                _send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    for pid in children:
+        _signal_group(pid, signal.SIGTERM)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve(int(sys.argv[1])))

@@ -1,0 +1,119 @@
+"""Judges forked by the judge server (evoteam/harness/judge_server.py): one server per calling process serves
+every evaluation, each judge sees the caller's environment as of its request, and nothing outlives a caller
+that is killed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from planted import variant
+
+from evoteam.harness.executor import LocalExecutor, evaluate
+from evoteam.harness.guard import descendants
+from evoteam.harness.judge_server import JudgeServer
+from evoteam.harness.model import EvalRequest, Status
+from evoteam.task import load_task
+
+from conftest import REPO
+
+CANDIDATES = REPO / "tests" / "data" / "candidates"
+
+
+@pytest.fixture(scope="module")
+def uuid():
+    return load_task("mla_decode").scaled_workloads("small")[0].uuid
+
+
+def _request(uuid: str, candidate: Path = CANDIDATES / "mla_torch.py") -> EvalRequest:
+    return EvalRequest(task="mla_decode", hardware="cpu", solution=str(candidate), workloads=[uuid], scale="small",
+                       warmup=0, reps=2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False
+
+
+def test_one_server_forks_every_judge_of_a_process_each_with_the_callers_environment_then(uuid, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.delenv("EVOTEAM_JUDGE_SERVER", raising=False)
+    first = evaluate(_request(uuid), timeout_s=120)
+    server = JudgeServer.get(sys.executable)
+    assert server.proc.poll() is None and not server.gone
+    # the judge reads EVOTEAM_JUDGE_PROFILE as it runs: set now, after the server started, it must reach the judge
+    profile = tmp_path / "judge-profile.txt"
+    monkeypatch.setenv("EVOTEAM_JUDGE_PROFILE", str(profile))
+    second = evaluate(_request(uuid), timeout_s=120)
+    assert [r.status for r in first.results + second.results] == [Status.PASSED] * 2, second.log_tail
+    assert JudgeServer.get(sys.executable) is server  # the same server, still running
+    assert "cumulative" in profile.read_text()
+    # the judge's own start: forked, not a PyTorch import (1.5 s and more)
+    assert second.phases["judge start"] < 1.0, second.phases
+
+
+def test_switched_off_each_judge_is_a_process_of_its_own(uuid, monkeypatch):
+    monkeypatch.setenv("EVOTEAM_JUDGE_SERVER", "0")
+    result = evaluate(_request(uuid), timeout_s=120)
+    assert result.results[0].status == Status.PASSED, result.log_tail
+
+
+CALLER = """
+import json, sys, time
+from pathlib import Path
+from evoteam.harness.executor import LocalExecutor
+from evoteam.harness.model import EvalRequest
+request = EvalRequest(**json.loads(sys.argv[1]))
+judge = LocalExecutor().start(request, Path(sys.argv[2]))
+print(json.dumps({"server": judge.forked.server.proc.pid, "judge": judge.forked.pid}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_caller_takes_its_server_its_judges_and_their_runners_with_it(uuid, tmp_path):
+    """SIGKILL leaves no clean-up to the caller: its server sees the socket close and ends, and its judges (its
+    children, PR_SET_PDEATHSIG) end their runners on the way out."""
+    from dataclasses import asdict
+
+    hang = tmp_path / "hang.py"
+    hang.write_text(variant("hangs", "", "    while True:\n        pass\n"))
+    request = asdict(_request(uuid, hang))
+    workdir = tmp_path / "judge"
+    workdir.mkdir()
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, json.dumps(request), str(workdir)],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "EVOTEAM_JUDGE_SERVER": "1"})
+    pids = json.loads(caller.stdout.readline())
+    progress = workdir / "progress.jsonl"
+    deadline = time.monotonic() + 120
+    while not (progress.exists() and '"start"' in progress.read_text()):  # the judge is on the workload
+        assert time.monotonic() < deadline and caller.poll() is None, (workdir / "judge.log").read_text()[-2000:]
+        time.sleep(0.1)
+    time.sleep(2)  # its runners are in the hanging call
+    group = set(descendants(pids["judge"]))
+    assert pids["judge"] in group and len(group) > 2, "the judge's runners run under it"
+    caller.send_signal(signal.SIGKILL)
+    caller.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in group | {pids["server"]}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in group | {pids["server"]} if _alive(p)]
+
+
+def test_a_server_that_ended_is_replaced(uuid, monkeypatch):
+    monkeypatch.delenv("EVOTEAM_JUDGE_SERVER", raising=False)
+    server = JudgeServer.get(sys.executable)
+    server.proc.kill()
+    server.proc.wait()
+    deadline = time.monotonic() + 10
+    while not server.gone and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.gone
+    result = LocalExecutor()(_request(uuid), timeout_s=120)
+    assert result.results[0].status == Status.PASSED, result.log_tail
+    assert JudgeServer.get(sys.executable) is not server
