@@ -2,6 +2,7 @@
 every evaluation, each judge sees the caller's environment as of its request, and nothing outlives a caller
 that is killed."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -117,3 +118,29 @@ def test_a_server_that_ended_is_replaced(uuid, monkeypatch):
     result = LocalExecutor()(_request(uuid), timeout_s=120)
     assert result.results[0].status == Status.PASSED, result.log_tail
     assert JudgeServer.get(sys.executable) is not server
+
+
+def test_a_forked_judge_leaves_the_folder_the_server_started_in_out_of_the_sandbox(uuid, tmp_path, monkeypatch):
+    """The server's sys.path starts with the folder it started in; a judge's must start with its own caller's working
+    directory, as a fresh `python -m` judge's does, or the sandbox mounts the server's folder for the candidate (the
+    red team's escape_read_other_agents read a file there)."""
+    monkeypatch.delenv("EVOTEAM_JUDGE_SERVER", raising=False)
+    started_in, caller_in = tmp_path / "server-cwd", tmp_path / "caller-cwd"
+    started_in.mkdir()
+    caller_in.mkdir()
+    secret = started_in / "secret.txt"
+    secret.write_text("another agent's notes\n")
+    peek = tmp_path / "peek.py"
+    peek.write_text(variant("raises where it sees the file", "import os\n",
+                            f"    if os.path.exists({str(secret)!r}):\n        raise RuntimeError('saw it')\n"))
+    monkeypatch.setattr(JudgeServer, "_servers", {})
+    monkeypatch.chdir(started_in)
+    server = JudgeServer.get(sys.executable)
+    try:
+        monkeypatch.chdir(caller_in)
+        result = evaluate(dataclasses.replace(_request(uuid, peek), static_scan=False), timeout_s=120)
+        assert JudgeServer.get(sys.executable) is server
+        assert result.results[0].status == Status.PASSED, result.results[0].detail
+    finally:
+        server.proc.kill()
+        server.proc.wait()

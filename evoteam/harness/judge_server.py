@@ -193,6 +193,9 @@ def _judge_child(sock: socket.socket, request: dict) -> None:
         os.dup2(null, 0)
         os.close(null)
         os.chdir(request["cwd"])
+        # `python -m` puts its working directory first on sys.path, and the sandbox leaves that one folder out of
+        # what a runner sees (sandbox.python_paths): the server's own would be mounted into every sandbox else
+        sys.path[0] = request["cwd"]
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ["EVOTEAM_JUDGE_PARENT"] = str(os.getppid())  # the server: the judge ends with it
