@@ -144,3 +144,16 @@ def test_a_forked_judge_leaves_the_folder_the_server_started_in_out_of_the_sandb
     finally:
         server.proc.kill()
         server.proc.wait()
+
+
+def test_a_forked_judge_runs_on_the_cpus_its_caller_may_use_at_its_request(uuid, monkeypatch):
+    monkeypatch.delenv("EVOTEAM_JUDGE_SERVER", raising=False)
+    JudgeServer.get(sys.executable)  # started with every CPU allowed
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        result = evaluate(_request(uuid), timeout_s=120)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert result.results[0].status == Status.PASSED, result.log_tail
+    assert result.sandbox["cpus"].split(" ")[0] == str(min(allowed)), result.sandbox

@@ -16,7 +16,9 @@ judge starts its runners in their sandbox as before.
 
 `EVOTEAM_JUDGE_SERVER=0` starts every judge as its own process instead.
 
-Protocol (JSON lines on a socket pair): the caller sends {"id", "args", "env", "cwd", "log"}; the server answers
+Protocol (JSON lines on a socket pair): the caller sends {"id", "args", "env", "cwd", "log", "cpus", "umask"}
+(what a process it started would inherit now: environment, working directory, CPU affinity, umask; the server
+sets sys.path[0] to that directory, as `python -m` does); the server answers
 {"id", "pid"} once the judge is forked, and {"exited": pid, "code"} when it ends.
 """
 
@@ -111,7 +113,8 @@ class JudgeServer:
                 raise ServerGone("the judge server did not start")
         with self._send_lock:
             request_id = next(self._ids)
-            message = {"id": request_id, "args": args, "env": env, "cwd": os.getcwd(), "log": str(log_path)}
+            message = {"id": request_id, "args": args, "env": env, "cwd": os.getcwd(), "log": str(log_path),
+                       "cpus": sorted(os.sched_getaffinity(0)), "umask": _umask()}
             try:
                 self.sock.sendall(json.dumps(message).encode() + b"\n")
             except OSError as exc:
@@ -161,6 +164,17 @@ class ForkedJudge:
         self.server.forget(self.pid)
 
 
+def _umask() -> int | None:
+    """This process's umask, read without setting it (os.umask would change it for every thread a moment)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def _signal_group(pid: int, sig: int) -> None:
     """The judge's session (its runners included); the judge alone in the moment before it has one."""
     try:
@@ -196,6 +210,9 @@ def _judge_child(sock: socket.socket, request: dict) -> None:
         # `python -m` puts its working directory first on sys.path, and the sandbox leaves that one folder out of
         # what a runner sees (sandbox.python_paths): the server's own would be mounted into every sandbox else
         sys.path[0] = request["cwd"]
+        os.sched_setaffinity(0, request["cpus"])  # the CPUs the caller may use now, as a process it started would
+        if request.get("umask") is not None:
+            os.umask(request["umask"])
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ["EVOTEAM_JUDGE_PARENT"] = str(os.getppid())  # the server: the judge ends with it
