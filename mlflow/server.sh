@@ -19,6 +19,9 @@ if [ -z "$bin" ]; then
 fi
 export MLFLOW_DISABLE_TELEMETRY=true  # the server and the UI it serves send no usage data out
 export LITELLM_LOCAL_MODEL_COST_MAP=True  # its AI gateway imports litellm, which would fetch a price list
+# MLflow's server-side jobs (huey consumers and their periodic tasks: online scoring, trace roll-ups) are off: evoteam
+# submits none, and their three processes per server took more CPU than the server itself. Set it to true to use them.
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}
 store=${MLFLOW_BACKEND_STORE_URI:-sqlite:///$data/mlflow.db}
 args=(server --backend-store-uri "$store" --artifacts-destination "$data/artifacts"
       --host "${MLFLOW_HOST:-0.0.0.0}" --port "${MLFLOW_PORT:-5000}" --workers "${MLFLOW_WORKERS:-2}")
