@@ -240,9 +240,8 @@ def _judge_child(sock: socket.socket, request: dict) -> None:
 
 def serve(fd: int) -> int:
     sock = socket.socket(fileno=fd)
-    # what every judge imports (PyTorch with them), so that none imports it again
-    from evoteam import hardware, task  # noqa: F401
-    from evoteam.harness import check, judge  # noqa: F401
+    # what every judge imports (PyTorch, the task, hardware and check modules with it), so that none imports it again
+    from evoteam.harness import judge  # noqa: F401
 
     _send(sock, {"ready": os.getpid()})
     children: set[int] = set()
