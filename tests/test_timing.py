@@ -73,3 +73,54 @@ def test_the_rounds_go_on_while_the_candidates_figure_is_at_or_below_the_protoco
     assert _above_protocol({"candidate": [-1.0]}, plan, walls, 0, host_clock=True)  # 0.6 - 0.5 > 0
     walls = {"null": [1.0, 0.5], "candidate": [0.5, 0.9]}
     assert not _above_protocol({"candidate": [1.0]}, plan, walls, 0, host_clock=True)
+
+
+def test_a_cpu_intervals_load_correction_counts_only_waits_inside_its_host_clock(monkeypatch):
+    """`wall - waited` of a CPU interval (what the cpu_idle check reads): the run-queue waits of the judge and the
+    runner are read inside the host clock's window. Waits around it (the thaw's wake-up before it, the freeze's sleeps
+    after it) are not part of the clock: counted, they drove the protocol's own intervals below zero on a loaded
+    machine and let a candidate that slept 30 ms a call pass the cpu_idle check."""
+    from evoteam.harness import interval
+
+    queued = {"judge": 0, "runner": 0}
+
+    class Process:
+        def cpu_usec(self):
+            return 0
+
+        def queued_usec(self):
+            return queued["runner"]
+
+    class Handle:
+        process = Process()
+
+        def freeze(self):  # its sleeps and wake-ups queue both, outside the window
+            queued["judge"] += 5000
+            queued["runner"] += 5000
+
+        def thaw(self):
+            queued["judge"] += 5000
+
+        def send(self, message):
+            pass
+
+        def receive(self, timeout):
+            time.sleep(0.002)
+            queued["runner"] += 500  # a wait inside the window: the machine's load
+            return {"ok": True}
+
+    class Calls:
+        def release_late(self, j):
+            pass
+
+        def take_sample(self, n):
+            return None
+
+    class Flusher:
+        def fill(self, value):
+            pass
+
+    monkeypatch.setattr(interval, "_own_queued_usec", lambda: queued["judge"])
+    out = interval.run_cpu(Handle(), Calls(), [0, 1], 1, time.monotonic() + 10, lambda: None, Flusher(), null=True)
+    # two calls of at least 2 ms, less the two 0.5 ms waits inside the window (the 15 ms around it would make it < 0)
+    assert out.wall_ms >= 2 * 2.0 - 1.0

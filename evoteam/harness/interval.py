@@ -65,8 +65,17 @@ def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
     flusher.fill(batch & 0xFF)  # the caches hold nothing of either side when a call starts
     t3 = time.perf_counter()
     inputs_s, flush_s = t3 - t1, t3 - t2
-    before, queued = handle.process.cpu_usec(), handle.process.queued_usec() + _own_queued_usec()
+    before = handle.process.cpu_usec()
     handle.thaw()  # after the count is read: all it does from here on counts
+    # The time its threads (or the judge, which it waits on between calls) were ready to run but another process held
+    # the CPU is the machine's load, not waiting the runner chose: on a loaded machine it can hold an honest call's
+    # host clock at several times its CPU time; the cpu_idle check reads what is left (`wall - waited`). Both counts
+    # are read inside the host clock's window, the judge's own nearest to it: read before the thaw (whose wake-up
+    # can queue the judge) and after the freeze (which waits, sleeping and waking), they held waits the clock never
+    # saw; on a loaded machine the protocol's own intervals came out at -4.8 ms, and a candidate sleeping 30 ms a
+    # call passed the cpu_idle check.
+    q_runner = handle.process.queued_usec()
+    q_judge = _own_queued_usec()
     t0 = time.perf_counter()
     reply: dict = {"ok": True}
     for j in sets:
@@ -76,14 +85,13 @@ def run_cpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
         if not reply.get("ok"):
             break
     wall = (time.perf_counter() - t0) * 1e3
+    q_judge = _own_queued_usec() - q_judge
+    q_runner = handle.process.queued_usec() - q_runner
+    waited = (q_judge + q_runner) / 1e3
     t = time.perf_counter()
     handle.freeze()  # the answer is in: what the runner did until it stopped is counted; nothing after it runs
     freeze_s += time.perf_counter() - t
     after = handle.process.cpu_usec()
-    # the time its threads (or the judge, which it waits on between calls) were ready to run but another process
-    # held the CPU is the machine's load, not waiting the runner chose (on a loaded machine it can hold an honest
-    # call's host clock at several times its CPU time: the cpu_idle check reads what is left)
-    waited = (handle.process.queued_usec() + _own_queued_usec() - queued) / 1e3
     sample = calls.take_sample(max(sets) + 1) if sets and not null else None
     ms = (after - before) / 1e3 if before is not None and after is not None else wall
     return Interval(ms, reply, sample, wall - waited, inputs_s, freeze_s, flush_s)
