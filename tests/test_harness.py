@@ -271,15 +271,18 @@ def test_a_cpu_baseline_is_batched_by_its_own_calls_not_the_candidates(tmp_path,
 def test_a_cpu_target_times_both_sides_on_one_cpu_the_candidate_cannot_leave(tmp_path, small_uuids):
     """The judge flushes the caches of one CPU before each call; a candidate that moved to another core
     would find its data in that core's private cache. A cpuset holds the runner: asking the kernel for
-    every CPU leaves it with the one it was given."""
+    every CPU leaves it with the one it was given. The runner starts (imports) on the judge's CPUs and is held to the
+    one before the candidate's module is loaded: its first line already sees one CPU."""
     import os
 
     from evoteam.harness.sandbox import capabilities
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
-    widen = ("import os\n", "    os.sched_setaffinity(0, range(os.cpu_count()))\n"
-                           "    assert len(os.sched_getaffinity(0)) == 1, os.sched_getaffinity(0)\n")
+    widen = ("import os\nAT_LOAD = os.sched_getaffinity(0)\n",
+             "    assert len(AT_LOAD) == 1, AT_LOAD\n"
+             "    os.sched_setaffinity(0, range(os.cpu_count()))\n"
+             "    assert len(os.sched_getaffinity(0)) == 1, os.sched_getaffinity(0)\n")
     path = tmp_path / "widens.py"
     path.write_text(variant("asks for every CPU", *widen))
     result = evaluate(_request("widens.py", small_uuids[:1], directory=tmp_path, static_scan=False), timeout_s=120)

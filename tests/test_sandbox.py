@@ -248,3 +248,38 @@ def test_a_frozen_runner_whose_judge_was_killed_is_ended_by_the_next_judge(tmp_p
                    for p in pids)
     assert not any(d.name == name for d in (sandbox.CGROUP_ROOT / "freezer" / "evoteam").glob("runner-*")) \
         if (sandbox.CGROUP_ROOT / "freezer").is_dir() else True
+
+
+@pytest.mark.parametrize("cpuset", [True, False])
+def test_a_runner_starts_on_the_judges_cpus_and_pin_holds_it_to_its_one(tmp_path, monkeypatch, cpuset):
+    """A CPU target's runner starts (imports PyTorch: trusted code alone) on the judge's CPUs, and `pin` holds every
+    thread of it to the evaluation's CPU: by its cpuset, or by each thread's affinity where it has none."""
+    _available()
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    if not cpuset:
+        monkeypatch.setattr(sandbox.Cgroup, "_confine_cpus", lambda *a: (_ for _ in ()).throw(OSError("none here")))
+    cpu = max(allowed)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.chmod(scratch, 0o777)
+    threads = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\ntime.sleep(60)\n"
+    spec = SandboxSpec(scratch=scratch, cache=None, candidate=None, device="cpu", memory_bytes=2 << 30, max_pids=64,
+                       cpus=frozenset({cpu}), start_cpus=frozenset(allowed))
+    proc = SandboxedProcess([sys.executable, "-c", threads], spec, [], tmp_path / "log.txt")
+    try:
+        assert ("(cpuset)" in proc.record["cpus"]) == cpuset, proc.record
+
+        def affinities():
+            return {tid: os.sched_getaffinity(tid) for pid in proc._pids() for tid in map(int, os.listdir(f"/proc/{pid}/task"))}
+
+        deadline = time.monotonic() + 30
+        while sum(len(os.listdir(f"/proc/{pid}/task")) for pid in proc._pids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(cpus == allowed for cpus in affinities().values())
+        proc.pin()
+        pinned = affinities()
+        assert len(pinned) >= 2 and all(cpus == {cpu} for cpus in pinned.values()), pinned
+    finally:
+        proc.close()

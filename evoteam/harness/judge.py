@@ -150,6 +150,9 @@ class Judge:
         # holds the runners), so no call finds its data in another core's private cache. Unpinned, the same
         # kernel measured 1.06x in one CI run and 1.45x in another; pinned, within 4% under a busy neighbour.
         self.cpus: frozenset[int] | None = None  # CPU targets: the CPU this evaluation times on (during run())
+        # and the CPUs the runners start on (the judge's own set): two runners importing PyTorch on one CPU took twice
+        # as long; each is held to `cpus` as it greets the judge, before any candidate code is loaded (_greeted)
+        self.start_cpus: frozenset[int] | None = None
         self.cpu_lock = None  # and the lock that holds it for this evaluation
         self.flusher = None
         self.device_name = ""
@@ -200,7 +203,7 @@ class Judge:
         try:
             if not self.hw.is_gpu:
                 cpu, self.cpu_lock = _claim_cpu()
-                self.cpus = frozenset({cpu})
+                self.cpus, self.start_cpus = frozenset({cpu}), frozenset(affinity)
                 # This thread flushes on the CPU where the runners run, and the judge's own torch work stays
                 # on it (pool threads spinning there beside a runner made an evaluation 6x slower).
                 os.sched_setaffinity(0, self.cpus)
@@ -296,7 +299,8 @@ class Judge:
         return SandboxSpec(scratch=workdir, cache=cache, candidate=candidate, device=self.device,
                            memory_bytes=0 if trusted else int(self.request.memory_limit_gib * (1 << 30)),
                            max_pids=self.request.process_limit, env=env, trusted=trusted, mode=self.request.sandbox,
-                           cpus=self.cpus, disk_bytes=int(self.request.disk_limit_gib * (1 << 30)))
+                           cpus=self.cpus, start_cpus=self.start_cpus,
+                           disk_bytes=int(self.request.disk_limit_gib * (1 << 30)))
 
     def _spawn(self, kind: str) -> RunnerHandle:
         """A runner process in its sandbox, greeted (its answer not yet read: see _greeted)."""
@@ -320,6 +324,7 @@ class Judge:
     def _greeted(self, handle: RunnerHandle) -> RunnerHandle:
         hello = handle.receive(LOAD_TIMEOUT_S)
         handle.freeze()
+        handle.process.pin()  # to the evaluation's CPU, before the candidate (or the baseline) is loaded
         if not hello.get("ok"):
             handle.kill()
             raise RunnerFault(Status.CRASH, f"the {handle.kind} runner did not start: {hello.get('detail', '')}")

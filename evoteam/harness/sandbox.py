@@ -208,6 +208,11 @@ class Cgroup:
         (own / "cpuset.mems").write_text((parent / "cpuset.mems").read_text().strip())
         (own / "cpuset.cpus").write_text(cpus)
 
+    def set_cpus(self, cpus: frozenset[int]) -> None:
+        """Move the cpuset (and every process in it) to `cpus`."""
+        own = self.dirs[0] if self.version == "v2" else next(d for d in self.dirs if d.parts[-3] == "cpuset")
+        (own / "cpuset.cpus").write_text(",".join(str(c) for c in sorted(cpus)))
+
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in self.dirs]
 
@@ -364,6 +369,9 @@ class SandboxSpec:
     trusted: bool = False  # the baseline runner: the libraries and the package's data stay visible
     mode: str = "strict"  # strict or weak
     cpus: frozenset[int] | None = None  # CPU targets: the one CPU the judge flushes and times on
+    # the CPUs its start (interpreter, imports: trusted code alone) may use until `pin` holds it to `cpus`; None: held
+    # there from the start
+    start_cpus: frozenset[int] | None = None
     disk_bytes: int = 0  # what the runner may hold in its scratch and cache folders (0: no limit)
 
 
@@ -545,7 +553,7 @@ class SandboxedProcess:
         elif caps.cgroup:
             try:
                 name = f"runner-{os.getpid()}-{time.monotonic_ns()}"
-                self.cgroup = Cgroup(caps.cgroup, name, spec.memory_bytes, spec.max_pids, spec.cpus)
+                self.cgroup = Cgroup(caps.cgroup, name, spec.memory_bytes, spec.max_pids, spec.start_cpus or spec.cpus)
                 memory = f"{spec.memory_bytes >> 20} MiB" if spec.memory_bytes else "no limit"
                 weight = (f"cpu weight {CPU_WEIGHT} for all its processes" if not self.cgroup.cpu_weight_problem
                           else f"no cpu weight: {self.cgroup.cpu_weight_problem}")
@@ -584,7 +592,8 @@ class SandboxedProcess:
             held = self.cgroup is not None and not self.cgroup.cpuset_problem
             self.record["cpus"] = ",".join(map(str, sorted(spec.cpus))) + (
                 " (cpuset)" if held else f" (affinity only: {self.cgroup.cpuset_problem if self.cgroup else 'no cgroup'})")
-            pin = functools.partial(os.sched_setaffinity, 0, spec.cpus)
+            pin = functools.partial(os.sched_setaffinity, 0, spec.start_cpus or spec.cpus)
+        self.cpus, self.pinned = spec.cpus, not spec.start_cpus or spec.start_cpus == spec.cpus
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(shell, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=env, pass_fds=pass_fds, start_new_session=True,
@@ -648,6 +657,25 @@ class SandboxedProcess:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+
+    def pin(self) -> None:
+        """Hold the runner to `spec.cpus` from here on (it started on `spec.start_cpus`): its cpuset where it has one,
+        and every thread's affinity (all there is without a cpuset; with one, the kernel already narrowed them)."""
+        if self.pinned or not self.cpus:
+            return
+        if self.cgroup is not None and not self.cgroup.cpuset_problem:
+            self.cgroup.set_cpus(self.cpus)
+        for pid in self._pids():
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    os.sched_setaffinity(int(tid), self.cpus)
+                except OSError:  # ended meanwhile
+                    pass
+        self.pinned = True
 
     def cpu_usec(self) -> int | None:
         """The runner's CPU time so far (its cgroup's), or None where it has no cgroup of its own."""
