@@ -240,7 +240,10 @@ def _judge_child(sock: socket.socket, request: dict) -> None:
 
 def serve(fd: int) -> int:
     sock = socket.socket(fileno=fd)
-    # what every judge imports (PyTorch, the task, hardware and check modules with it), so that none imports it again
+    # what every judge imports (PyTorch, the task, hardware and check modules with it), so that none imports it again;
+    # and numpy.ma, which numpy imports at its first np.unique (the MLA task's index layouts): 0.1 s of every judge
+    import numpy.ma  # noqa: F401
+
     from evoteam.harness import judge  # noqa: F401
 
     _send(sock, {"ready": os.getpid()})
