@@ -246,10 +246,10 @@ def serve(fd: int) -> int:
 
     from evoteam.harness import judge  # noqa: F401
 
-    _send(sock, {"ready": os.getpid()})
     children: set[int] = set()
     buffer = b""
     try:
+        _send(sock, {"ready": os.getpid()})  # a caller that ended meanwhile (Ctrl-C during the imports) took the socket
         while True:
             readable, _, _ = select.select([sock], [], [], REAP_INTERVAL_S if children else None)
             if readable:
