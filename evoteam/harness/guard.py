@@ -40,6 +40,17 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def threads(pids: Iterable[int]) -> list[int]:
+    """The thread ids of these processes (of those still there)."""
+    out: list[int] = []
+    for pid in pids:
+        try:
+            out += [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+        except OSError:  # ended
+            pass
+    return out
+
+
 def resident_bytes(pids: Iterable[int]) -> int:
     """Resident memory of these processes (anonymous, file-backed and shared pages they map)."""
     total = 0

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evoteam.errors import UserError
-from evoteam.harness.guard import ResourceGuard, descendants, resident_bytes
+from evoteam.harness.guard import ResourceGuard, descendants, resident_bytes, threads
 from evoteam.harness.scan import BASELINE_MODULES  # hidden from candidates
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # evoteam/
@@ -257,16 +257,11 @@ class Cgroup:
         the host clock that is the machine's load, not the runner's waiting. A thread that ended takes its count
         with it, which only leaves more of the host clock unexplained (never less)."""
         total = 0
-        for pid in self.pids():
+        for tid in threads(self.pids()):
             try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for tid in tids:
-                try:
-                    total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1]) // 1000
-                except (OSError, ValueError, IndexError):
-                    pass
+                total += int(Path(f"/proc/{tid}/schedstat").read_text().split()[1]) // 1000
+            except (OSError, ValueError, IndexError):
+                pass
         return total
 
     def freeze(self, frozen: bool) -> None:
@@ -665,16 +660,11 @@ class SandboxedProcess:
             return
         if self.cgroup is not None and not self.cgroup.cpuset_problem:
             self.cgroup.set_cpus(self.cpus)
-        for pid in self._pids():
+        for tid in threads(self._pids()):
             try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for tid in tids:
-                try:
-                    os.sched_setaffinity(int(tid), self.cpus)
-                except OSError:  # ended meanwhile
-                    pass
+                os.sched_setaffinity(tid, self.cpus)
+            except OSError:  # ended meanwhile
+                pass
         self.pinned = True
 
     def cpu_usec(self) -> int | None:
