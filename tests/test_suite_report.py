@@ -29,10 +29,11 @@ def test_skips_end_the_run_summarised_by_reason_with_how_to_run_them(tmp_path):
 
 def test_the_install_says_what_it_does_and_leaves_pip_nothing_to_complain_about():
     """flashinfer-bench is installed without its dependencies (only its data model is used); installed
-    before other packages, pip reported its missing dependencies as a resolver error on every install."""
+    before other packages, pip reported its missing dependencies as a resolver error on every install. (The
+    installer is uv or pip: `$(INSTALL)`.)"""
     text = (REPO / "Makefile").read_text()
     recipe = text[text.index("$(VENV)/.installed: pyproject.toml"):].split("\n\n", 1)[0].splitlines()
-    installs = [line for line in recipe if "pip install" in line]
+    installs = [line for line in recipe if "pip install" in line or "$(INSTALL)" in line]
     assert "--no-deps flashinfer-bench" in installs[-1], installs
     assert sum('echo "make: ' in line for line in recipe) >= 3  # it says what it is doing
     assert all(line.lstrip().startswith("@") for line in recipe[1:] if line.strip())  # and only that
