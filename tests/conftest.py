@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from evoteam.tracking.server import free_port, running
+# The test processes' own math (the checker, the Triton interpreter, a main job's driver, and every process they
+# start) runs on one thread: `make test` runs 3 workers on 2 cores, and a thread pool spinning at its barrier
+# beside the other workers' evaluations took their CPU (test_kda_chunk and test_kda_task at -n 2: 137 CPU-s with
+# torch's default threads, 110 with one). Set before torch is imported; the harness sets its runners' and judges'
+# threads itself, whatever the caller's environment says (Judge.threads).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from evoteam.tracking.server import free_port, running  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
