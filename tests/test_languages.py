@@ -31,9 +31,9 @@ SOURCE = (REPO / "tests" / "data" / "candidates" / "mla_ext.cpp").read_text()
 TASK = load_task("mla_decode")
 
 
-def _solution(tmp_path, name: str, planted: str = "") -> str:
+def _solution(tmp_path, name: str, planted: str = "", first_line: str = "") -> str:
     return write_solution(tmp_path, name, TASK.definition.name,
-                          {"kernel.cpp": SOURCE.replace("  // PLANTED\n", planted)},
+                          {"kernel.cpp": first_line + SOURCE.replace("  // PLANTED\n", planted)},
                           language="cpp", target_hardware=("cpu",), entry_point="kernel.cpp::run", binding="torch")
 
 
@@ -69,7 +69,10 @@ def test_a_cpp_solution_compiles_in_the_sandbox_passes_and_is_timed(tmp_path, uu
 @needs_compiler
 def test_a_compile_error_and_a_runtime_fault_are_recorded_as_such(tmp_path, uuids, monkeypatch):
     monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path / "cache"))
-    broken = evaluate(_request(_solution(tmp_path, "broken", "  int x = ;\n"), uuids[:2]), timeout_s=900)
+    # a header that is not there: the compiler stops at once (an error in the body came after ~10 CPU-s of torch's
+    # headers, on every run of the suite)
+    broken = evaluate(_request(_solution(tmp_path, "broken", first_line='#include "planted_missing.h"\n'), uuids[:2]),
+                      timeout_s=900)
     assert [r.status for r in broken.results] == [Status.COMPILE_ERROR] * 2
     detail = broken.results[0].detail
     assert "kernel.cpp" in detail and "error" in detail, detail  # the compiler's own message
