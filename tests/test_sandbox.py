@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evoteam.harness import sandbox
+from evoteam.harness import guard, sandbox
 from evoteam.harness.sandbox import SandboxedProcess, SandboxSpec, SandboxUnavailable
 
 REPO = Path(__file__).resolve().parent.parent
@@ -272,10 +272,10 @@ def test_a_runner_starts_on_the_judges_cpus_and_pin_holds_it_to_its_one(tmp_path
         assert ("(cpuset)" in proc.record["cpus"]) == cpuset, proc.record
 
         def affinities():
-            return {tid: os.sched_getaffinity(tid) for pid in proc._pids() for tid in map(int, os.listdir(f"/proc/{pid}/task"))}
+            return {tid: os.sched_getaffinity(tid) for tid in guard.threads(proc._pids())}
 
         deadline = time.monotonic() + 30
-        while sum(len(os.listdir(f"/proc/{pid}/task")) for pid in proc._pids()) < 2 and time.monotonic() < deadline:
+        while len(guard.threads(proc._pids())) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert all(cpus == allowed for cpus in affinities().values())
         proc.pin()
