@@ -6,8 +6,9 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 # Extra pip arguments for torch, e.g. PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"
 PIP_ARGS ?=
-# What installs everything but torch: uv, from PyPI (cold caches on the 2-core CI machine: 42 s where pip took
-# 75-95 s); INSTALLER=pip for pip alone, where pip's configuration names a private index (or tell uv: UV_INDEX_URL).
+# What installs everything but torch: uv, from PyPI (make .venv/.installed in a fresh clone on the 2-core CI machine:
+# 46-49 s where pip alone took 101 s); INSTALLER=pip for pip alone, where pip's configuration names a private index
+# (or tell uv: UV_INDEX_URL).
 INSTALLER ?= uv
 ARGS   ?=
 ifeq ($(INSTALLER),uv)
