@@ -67,7 +67,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return exit_code_of("evoteam.bench", lambda: run(args))
+    from evoteam.harness import judge_server
+
+    try:
+        return exit_code_of("evoteam.bench", lambda: run(args))
+    finally:
+        judge_server.close_all()  # nothing of the evaluation runs on once the command has returned
 
 
 def run(args: argparse.Namespace) -> int:

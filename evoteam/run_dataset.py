@@ -69,7 +69,12 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return exit_code_of("evoteam.run_dataset", lambda: run(args))
+    from evoteam.harness import judge_server
+
+    try:
+        return exit_code_of("evoteam.run_dataset", lambda: run(args))
+    finally:
+        judge_server.close_all()  # nothing of the evaluations runs on once the command has returned
 
 
 if __name__ == "__main__":

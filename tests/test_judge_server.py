@@ -106,6 +106,45 @@ def test_a_killed_caller_takes_its_server_its_judges_and_their_runners_with_it(u
     assert not [p for p in group | {pids["server"]} if _alive(p)]
 
 
+def test_a_bench_that_returned_left_no_server_or_judge_running(uuid, tmp_path, monkeypatch):
+    """`evoteam.bench` (here called as a function, as a script driving it would) leaves nothing running once it has
+    returned: its judge server and the judges it forked have ended (on a shared GPU host a server still there after
+    every bench had returned was taken for a leak, 2026-12-06). The server is not the caller's child: it is found by
+    its command line."""
+    from evoteam import bench
+
+    monkeypatch.delenv("EVOTEAM_JUDGE_SERVER", raising=False)
+    before = _servers_of(os.getpid())
+    code = bench.main([str(CANDIDATES / "mla_torch.py"), "--task", "mla_decode", "--hardware", "cpu", "--scale",
+                       "small", "--workloads", uuid, "--warmup", "0", "--reps", "2", "--json", str(tmp_path / "r.json")])
+    assert code == 0
+    assert json.loads((tmp_path / "r.json").read_text())["results"][0]["status"] == "PASSED"
+    assert _servers_of(os.getpid()) <= before, "a judge server outlived the bench that started it"
+
+
+def _servers_of(parent: int) -> set[int]:
+    """The judge servers this process started that are still running."""
+    found = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"evoteam.harness.judge_server" in cmdline and _alive(int(proc.name)) and _parent_is(int(proc.name), parent):
+            found.add(int(proc.name))
+    return found
+
+
+def _parent_is(pid: int, parent: int) -> bool:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("PPid:"):
+                return int(line.split()[1]) == parent
+    except OSError:
+        pass
+    return False
+
+
 def test_a_server_that_ended_is_replaced(uuid, monkeypatch):
     monkeypatch.delenv("EVOTEAM_JUDGE_SERVER", raising=False)
     server = JudgeServer.get(sys.executable)

@@ -24,7 +24,9 @@ sets sys.path[0] to that directory, as `python -m` does); the server answers
 
 from __future__ import annotations
 
+import atexit
 import json
+import math
 import os
 import select
 import signal
@@ -32,6 +34,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 SWITCH_ENV = "EVOTEAM_JUDGE_SERVER"
@@ -78,7 +81,27 @@ class JudgeServer:
         self._started: dict[int, int] = {}  # request id -> pid
         self._exited: dict[int, int] = {}  # pid -> exit code
         self._ready = False
+        self.owner = os.getpid()
         threading.Thread(target=self._read, name="judge-server-reader", daemon=True).start()
+        # Ended, and waited for, as the caller exits: a server (and its judges) still there after the caller's
+        # command had returned was seen on a shared GPU host (2026-12-06, after every bench). Its socket's closing
+        # alone ends it, but a moment later than the caller.
+        atexit.register(self.close)
+
+    def close(self, timeout_s: float = KILL_GRACE_S) -> None:
+        """End the server and its judges, and wait until the server has ended (in the process that started it
+        only: a forked child shares the socket, and shutting it down there would end its parent's server)."""
+        if os.getpid() != self.owner or self.proc.poll() is not None:
+            return
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # the server reads the end, ends its judges, and exits
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
     def _read(self) -> None:
         buffer = b""
@@ -162,6 +185,16 @@ class ForkedJudge:
 
     def close(self) -> None:
         self.server.forget(self.pid)
+
+
+def close_all() -> None:
+    """End this process's judge servers (and their judges) and wait for them: a command that evaluates and returns
+    (bench, run_dataset) leaves nothing running behind it, also where it was called as a function."""
+    with JudgeServer._servers_lock:
+        servers = list(JudgeServer._servers.values())
+        JudgeServer._servers.clear()
+    for server in servers:
+        server.close()
 
 
 def _umask() -> int | None:
@@ -275,6 +308,21 @@ def serve(fd: int) -> int:
         pass
     for pid in children:
         _signal_group(pid, signal.SIGTERM)
+    # waited for, so that the caller, which waits for this process, finds no judge (nor its runners) left
+    deadline = time.monotonic() + KILL_GRACE_S
+    while children:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid:
+            children.discard(pid)
+        elif time.monotonic() > deadline:
+            for pid in children:
+                _signal_group(pid, signal.SIGKILL)
+            deadline = math.inf
+        else:
+            time.sleep(REAP_INTERVAL_S)
     return 0
 
 
