@@ -188,3 +188,25 @@ def test_run_dataset_runs_a_value_returning_solution_by_either_rule(tmp_path):
     assert own.evaluation.correctness.extra["tolerances"] == {"y": {"atol": 1e-2, "rtol": 1e-2, "max_rel_norm": 1e-4}}
     assert "rel_norm" in own.evaluation.log and "rule evoteam" in own.evaluation.log
     assert fib.evaluation.correctness.extra["rule"] == "flashinfer-bench"
+
+
+def test_a_solution_imports_its_own_modules_past_the_static_scan(tmp_path):
+    """A multi-file solution imports its sibling files (the runner puts its folder first on sys.path): the static
+    scan reads them as the solution's own modules, not as foreign imports (the GPU test above, a wrapper importing
+    the seed kernel's file, was rejected so on the H100, 2026-12-06). A sibling named after a blocked module stays
+    rejected."""
+    main = "from mla_torch import run as kernel\n\n\ndef run(*args):\n    kernel(*args)\n"
+    own = {"main.py": main, "mla_torch.py": (REPO / "tests" / "data" / "candidates" / "mla_torch.py").read_text()}
+    path = write_solution(tmp_path, "siblings", TASK.definition.name, own, language="python",
+                          target_hardware=("cpu",), entry_point="main.py::run")
+    uuid = TASK.scaled_workloads("small")[0].uuid
+    (result,) = evaluate(_request(path, [uuid], check_only=True), timeout_s=120).results
+    assert result.status == Status.PASSED, result.detail
+    assert Candidate.from_path(path).own_modules() == ("main", "mla_torch")
+    (tmp_path / "sneaky").mkdir()
+    sneaky = write_solution(tmp_path / "sneaky", "sneaky", TASK.definition.name,
+                            {"main.py": "from subprocess import run as kernel\n\n\ndef run(*args):\n    kernel(*args)\n",
+                             "subprocess.py": "def run(*args):\n    pass\n"},
+                            language="python", target_hardware=("cpu",), entry_point="main.py::run")
+    (refused,) = evaluate(_request(sneaky, [uuid], check_only=True), timeout_s=120).results
+    assert refused.status == Status.REJECTED, refused.detail

@@ -107,6 +107,15 @@ class Candidate:
     def python_sources(self) -> dict[str, str]:
         return {s.path: s.content for s in self.solution.sources if s.path.endswith(".py")}
 
+    def own_modules(self) -> tuple[str, ...]:
+        """The modules its own Python files make importable (the runner puts its folder first on sys.path): a
+        multi-file solution imports its siblings, which the static scan must not read as foreign modules."""
+        names = set()
+        for path in self.python_sources():
+            parts = Path(path).with_suffix("").parts
+            names.add(parts[0])  # a package folder, or a module at the top of the folder
+        return tuple(sorted(names))
+
     def compiled_sources(self) -> list[str]:
         return [s.path for s in self.solution.sources if s.path.endswith(COMPILED_SUFFIXES)]
 

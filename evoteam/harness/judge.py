@@ -196,7 +196,7 @@ class Judge:
         # The scan reads Python (a filter, not the guarantee: C++ and CUDA sources get the same sandbox)
         for name, source in (self.cand.python_sources() if self.cand else {}).items():
             self.own_kernels += scan.jit_function_names(source) if _parses(source) else []
-            violations = scan.scan_source(source, name) if request.static_scan else []
+            violations = scan.scan_source(source, name, self.cand.own_modules()) if request.static_scan else []
             if violations and unusable is None:
                 unusable = CandidateUnusable(Status.REJECTED, "; ".join(str(v) for v in violations[:5]))
         affinity, threads = os.sched_getaffinity(0), torch.get_num_threads()
