@@ -31,6 +31,12 @@ Each task is a folder `kernels/<name>/` (data, not an import package) holding:
                       decoy_inputs(workload, inputs, names, generator) plausible wrong values for
                           the late inputs until the clock starts (default: their elements shuffled)
                       max_sets(workload) -> int   how many calls one batch can hold (default 16)
+                      CHAINED_INPUTS: {input: output}: in a batch of calls, call k+1's input IS call k's
+                          output (the same memory; same shape and dtype), as a model's next layer or decode
+                          step takes the last one's result: no call can be computed before the call it follows
+                          has ended, so one call cannot compute its batch's others. A task that declares no
+                          chain is timed one call a batch in graph mode (the calls of a graph batch are
+                          released together)
   seed_triton.py    `run(**inputs, **outputs)`: the simple, correct seed kernel (destination-passing)
 
 Kernel calling convention (candidates, seeds, baselines): `entry(**inputs, **outputs)`; inputs and
@@ -159,6 +165,18 @@ class Task:
     def declared_late_inputs(self) -> tuple[str, ...] | None:
         late = getattr(self.module, "LATE_INPUTS", None)
         return None if late is None else tuple(late)
+
+    @property
+    def chained_inputs(self) -> dict[str, str]:
+        """{input: output}: in a batch, call k+1's input is call k's output (see CHAINED_INPUTS above)."""
+        chain = dict(getattr(self.module, "CHAINED_INPUTS", {}))
+        for name, output in chain.items():
+            if name not in self.definition.inputs or output not in self.definition.outputs:
+                raise ValueError(f"task {self.name}: CHAINED_INPUTS maps {name!r} -> {output!r}, but the definition "
+                                 f"has no such input or output")
+            if self.definition.inputs[name].dtype != self.definition.outputs[output].dtype:
+                raise ValueError(f"task {self.name}: CHAINED_INPUTS {name!r} -> {output!r}: dtypes differ")
+        return chain
 
     def max_sets(self, workload: Workload) -> int:
         fn = getattr(self.module, "max_sets", None)

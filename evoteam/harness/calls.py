@@ -52,7 +52,13 @@ class CallSets:
     their buffers as set 0's, one block further on per set, so one operation covers a batch's every set (the poison,
     the check for unwritten outputs). The judge's own copy of the input buffer (`truth`) has the runner's layout too:
     a batch's fresh values are drawn once, into it, and copied across whole; the runner's inputs are checked against
-    it with one comparison."""
+    it with one comparison.
+
+    The sets of a batch form a chain (the task's CHAINED_INPUTS): set j's chained input, for j >= 1, is set j-1's
+    output, the same bytes of the output buffer (its slot in the input buffer stays unused). Poisoned before the
+    batch, it holds call j-1's result only once that call has written it, so a call that computes another set ahead
+    of the call it follows reads poison; the reference of set j is computed from what call j-1 wrote, and it is
+    checked as call j-1's output, not as an input. Set 0's chained input is a fresh input like any other."""
 
     def __init__(self, task, workload, device: str, n_sets, budget_bytes: int = 4 << 30):
         """`n_sets`: how many sets at most, or a function of one set's inputs that says."""
@@ -94,6 +100,16 @@ class CallSets:
                 inputs[n] = self.arena.place(late_buf, tensors[n].shape, tensors[n].dtype)
             outputs = {n: self.arena.place(out_buf, s, d) for n, (s, d) in out_specs.items()}
             self.refs.append({"inputs": inputs, "outputs": outputs})
+        # the chain: set j's chained input is set j-1's output (same shape and dtype: checked here, per workload)
+        self.chain = {n: o for n, o in task.chained_inputs.items() if n in tensors and n not in shared
+                      and n not in self.late} if n_sets > 1 else {}
+        for name, output in self.chain.items():
+            if tuple(tensors[name].shape) != out_specs[output][0] or tensors[name].dtype != out_specs[output][1]:
+                raise ValueError(f"task {task.name}, workload {workload.uuid}: chained input {name} "
+                                 f"{tuple(tensors[name].shape)} {tensors[name].dtype} is not shaped as output "
+                                 f"{output} {out_specs[output][0]} {out_specs[output][1]}")
+            for j in range(1, n_sets):
+                self.refs[j]["inputs"][name] = self.refs[j - 1]["outputs"][output]
         self.out_buf, self.late_buf = out_buf, late_buf
         buffers = self.arena.buffers
         self.in_base, self.out_base = buffers[in_buf].base, buffers[out_buf].base
@@ -117,12 +133,16 @@ class CallSets:
         self.staging = torch.empty(late_bytes, dtype=torch.uint8, pin_memory=self.is_cuda) if self.is_cuda \
             else self.late_truth
         self.pristine = []
-        for ref in self.refs:
-            own = {n: _view(self.late_truth if n in self.late else self.truth, r) for n, r in ref["inputs"].items()}
+        for j, ref in enumerate(self.refs):
+            # what the reference is computed from: the judge's own copies; a chained input (j >= 1) is the previous
+            # call's output as it was written, read where the runner wrote it
+            own = {n: (_view(self.out_base, r) if j and n in self.chain
+                       else _view(self.late_truth if n in self.late else self.truth, r))
+                   for n, r in ref["inputs"].items()}
             self.pristine.append({**own, **self.scalars})
         for j, own in enumerate(self.pristine):  # start equal everywhere (a shared input is one tensor)
             for n, value in tensors.items():
-                if j == 0 or n not in shared:
+                if j == 0 or (n not in shared and n not in self.chain):
                     own[n].copy_(value)
         self.in_base[:self.truth.numel()].copy_(self.truth)
         if self.late:
@@ -198,14 +218,22 @@ class CallSets:
     def take_sample(self, sets: int, stream: int | None = None) -> Sample:
         """A copy of the output bytes every `pitch` bytes of the first `sets` sets' outputs, from a secret
         offset: the outputs of a whole batch at its end (GPU: enqueued on the copy engine of `stream`)."""
+        sample = self.plan_sample(sets)
+        self.read_sample(sample, stream)
+        return sample
+
+    def plan_sample(self, sets: int) -> Sample:
+        """Where the sample of the first `sets` sets' outputs is taken (a secret offset, every `pitch` bytes)."""
         region = self.set_end[sets - 1]
         rng = random.SystemRandom()
         pitch = max(SAMPLE_WIDTH, (region // SAMPLE_ROWS) // SAMPLE_WIDTH * SAMPLE_WIDTH)
         offset = rng.randrange(0, max(1, min(pitch, region) - SAMPLE_WIDTH + 1))
         rows = max(0, min(SAMPLE_ROWS, (region - offset) // pitch if pitch else 0))
-        sample = Sample(offset, pitch, rows, self.sample_host[0], self.sample_host[1])
+        return Sample(offset, pitch, rows, self.sample_host[0], self.sample_host[1])
+
+    def read_sample(self, sample: Sample, stream: int | None = None) -> None:
+        """The sample's copy (GPU: enqueued on the copy engine of `stream`)."""
         self._read(sample, sample.host, stream)
-        return sample
 
     def _read(self, sample: Sample, host: torch.Tensor, stream: int | None) -> None:
         if sample.rows == 0:
@@ -245,7 +273,16 @@ class CallSets:
 
     def verify(self, j: int, trial: int, elementwise_factor: float = 1.0, fib: bool = False):
         """Every output element of set j against the reference computed from the judge's copy (`fib`: by
-        flashinfer-bench's rule)."""
+        flashinfer-bench's rule). A chained input (call j-1's output) that is not finite fails set j: a reference
+        computed from NaN gives NaN, which an output computed from the poison (a call that ran ahead of the one it
+        follows) would equal."""
+        if j and self.chain:
+            from evoteam.harness.check import CheckFailure
+
+            for name, output in self.chain.items():
+                if not bool(torch.isfinite(self.pristine[j][name]).all()):
+                    return CheckFailure("nan_inf", name, trial, None, 0,
+                                        f"{name} of call {j} of the batch (call {j - 1}'s {output}) is not finite"), {}
         reference = self.task.reference(self.pristine[j])
         return compare_with_reference(self.task, self.outputs[j], reference, trial, elementwise_factor, fib)
 

@@ -79,7 +79,8 @@ class Clock:
 
     def interval(self, handle, calls, sets: list[int], batch: int, deadline: float, write, flusher,
                  null: bool) -> Interval:
-        return run_gpu(handle, calls, sets, batch, deadline, write, flusher, self.graph, null)
+        return run_gpu(handle, calls, sets, batch, deadline, write, flusher.zero_ if flusher is not None else None,
+                       self.graph, null)
 
 
 class GraphClock(Clock):
@@ -88,7 +89,9 @@ class GraphClock(Clock):
     mode, graph, width = TimingMode.graph, True, GPU_CI_WIDTH
 
     def sets(self, task, workload, hw):
-        cap = task.max_sets(workload)
+        # The calls of a graph batch are released together: only a chain (the task's CHAINED_INPUTS: call k+1's input
+        # is call k's output) keeps one call from computing the others' sets. Without one, one call a batch.
+        cap = task.max_sets(workload) if task.chained_inputs else 1
 
         def count(template: dict) -> int:
             from evoteam.harness.scan import physical_floor_ms

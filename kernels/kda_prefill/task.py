@@ -44,6 +44,11 @@ TOLERANCES = {
 # t, final_state through every step), and it is small (T x H), so the judge writes it only after its
 # clock starts.
 LATE_INPUTS = ("beta_logits",)
+# In a batch, call k+1's keys are call k's output o (both [T, H, 128] bf16; keys are L2-normalised, so any finite
+# values serve): everything of a call (the chunk-local inverse, the state, the output) depends on its keys, so no
+# call can be computed before the call it follows has ended (the queries alone would not do: the state and the
+# chunk-local inverse do not depend on them).
+CHAINED_INPUTS = {"k": "o"}
 
 
 # ----------------------------------------------------------------------------- cu_seqlens file

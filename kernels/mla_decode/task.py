@@ -45,6 +45,10 @@ TOLERANCES = {"lse": Tolerance(atol=1e-2, rtol=1e-2, max_rel_norm=1e-2)}
 # the judge's clock starts, so nothing can be read ahead of it.
 SHARED_INPUTS = ("ckv_cache", "kpe_cache")
 LATE_INPUTS = ("kv_indices",)
+# In a batch, call k+1's queries (the part that meets the 512-wide latent cache) are call k's output, as the next
+# decode step's attention input comes from the last one's: computing a call ahead of the one it follows reads poison.
+# The rope part (q_pe) stays fresh, so the logits keep their spread along the chain.
+CHAINED_INPUTS = {"q_nope": "output"}
 
 
 # --------------------------------------------------------------------------- workloads
