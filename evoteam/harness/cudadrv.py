@@ -253,6 +253,13 @@ class _KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
 CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_GRAPH = 0, 1
 
 
+def graph_node_count(graph: int) -> int:
+    """The nodes of a CUDA graph (its top level: a child graph counts as one)."""
+    count = ctypes.c_size_t()
+    _check(_fn("cuGraphGetNodes")(ctypes.c_void_p(graph), None, ctypes.byref(count)), "cuGraphGetNodes")
+    return int(count.value)
+
+
 def graph_kernel_names(graph: int) -> list[str]:
     """The (mangled) names of the kernels a CUDA graph launches, read from its nodes (child graphs included): what
     a profiler would list for its replay, without one (the profiler's start cost seconds)."""

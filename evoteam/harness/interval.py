@@ -33,13 +33,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
 from evoteam.harness.calls import CallSets, Sample
+from evoteam.harness.gpu_ops import DeviceOps, cuda_ops, wait_until
 from evoteam.harness.runners import RunnerHandle
 from evoteam.harness.shared import FlagPage
 
-BATCH_TIMEOUT_S = 60.0  # a graph batch's device work: a fault or a hang there shows only as a missing done word
+# A batch's device work: a fault or a hang there shows only as a missing done word (30 s: the workload's fault is
+# reported within 30 s of its batch, with the runner's stacks)
+BATCH_TIMEOUT_S = 30.0
+JUDGE_SYNC_S = 10.0  # the judge's own kernels before a batch (its inputs, the flush) take milliseconds
 
 
 @dataclass
@@ -106,27 +108,39 @@ def _own_queued_usec() -> int:
         return 0
 
 
+class GpuHeld(Exception):
+    """The judge's own work on the device did not finish in time: another context's work holds the GPU (a frozen
+    runner's stream waiting on a word nobody writes holds the compute engine: gpu_model's wait_holds_compute)."""
+
+
 def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, deadline: float,
-            write: Callable[[], None], flusher: torch.Tensor, graph: bool, null: bool = False) -> Interval:
+            write: Callable[[], None], flush: Callable[[], None] | None, graph: bool, null: bool = False,
+            ops: DeviceOps | None = None) -> Interval:
     """One GPU interval (see the module's docstring): `graph` replays the runner's captured calls, else its host
-    launches them; `null`: the protocol alone, the same words and sample for as many calls."""
+    launches them; `null`: the protocol alone, the same words and sample for as many calls. `ops`: the device (the
+    real one, or gpu_model's in tests). Every wait of the judge's has a deadline: a batch that does not end within
+    BATCH_TIMEOUT_S is a RunnerFault (the runner's stacks in its log); work that keeps the judge's own kernels from
+    running past JUDGE_SYNC_S raises GpuHeld."""
+    ops = ops or cuda_ops()
     n = len(sets)
     if n < 1 or (not graph and n > FlagPage.MAX_CALLS):  # graph mode uses one release word for the batch
         raise ValueError(f"a batch holds 1 to {FlagPage.MAX_CALLS} calls (a graph any number), not {n}")
-    if graph:
-        deadline = min(deadline, time.monotonic() + BATCH_TIMEOUT_S)
-    flags, finished = handle.flags, False
+    deadline = min(deadline, time.monotonic() + BATCH_TIMEOUT_S)
+    flags, finished, thawed = handle.flags, False, False
     out = Interval(math.nan, {"ok": True})
     try:
         # The judge's kernels (input writes, the flush) first: a runner's stream waiting on a word holds the GPU,
-        # and a kernel of another context waits behind it (seen on the H200: the flush never ran). The runner is
-        # frozen meanwhile, and thawed only to enqueue its batch (graph) or to launch its calls (events).
+        # and a kernel of another context waits behind it (gpu_model's wait_holds_compute). The runner is frozen
+        # meanwhile, and thawed only to enqueue its batch (graph) or to launch its calls (events).
         t = time.perf_counter()
         handle.freeze()
         t1 = time.perf_counter()
-        write()
-        flusher.zero_()  # the L2 cache holds nothing of the inputs when the clock starts
-        torch.cuda.synchronize()
+        ops.kernel("the batch's inputs", write)
+        if flush is not None:
+            ops.kernel("L2 flush", flush)  # the L2 cache holds nothing of the inputs when the clock starts
+        if not ops.synchronize(min(deadline, time.monotonic() + JUDGE_SYNC_S)):
+            raise GpuHeld(f"the judge's input writes and L2 flush did not finish in {JUDGE_SYNC_S:g} s: another "
+                          f"context's work holds the GPU")
         out.freeze_s, out.inputs_s = t1 - t, time.perf_counter() - t1
         message = {"op": "arm" if graph else "call", "batch": batch, "sets": sets, "null": null}
         if graph:
@@ -134,33 +148,33 @@ def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
             if not reply.get("ok"):
                 out.reply = reply
                 return out
+            if not reply.get("enqueued", True):
+                # its launch still waits behind the release word (launch_may_block): it runs on while the batch
+                # does, and its host's enqueue is then inside the time (the graph's size, not a cheat); never a hang
+                handle.thaw()
+                thawed = True
         else:
             handle.send(message)
         early = handle.wait_flag(FlagPage.READY, batch, deadline)  # its context is the resident one
         if early is not None:
             out.reply = early
             return out
-        stream = torch.cuda.current_stream()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        from evoteam.harness import cudadrv
-
         base = flags.device_address
-        start.record()
+        start = ops.record()
         if graph:
-            # Every call released at once, the batch one graph: released one by one (each call a graph of its own,
-            # its late inputs copied in once the judge's host read the previous call's done word) a call cost about
-            # 250 us more than the protocol alone on the H200, and each call a graph of its own behind its own word
-            # about 10 us (2026-12-04; causes not established). So a batch's calls all see their late inputs from the
-            # start, and one call could compute the others' sets: open on GPUs.
-            calls.release_late(None, stream)
-            cudadrv.stream_write_value(stream.cuda_stream, base + FlagPage.call_release(0), batch)
+            # Every call released at once, the batch one graph: released one by one, from the judge's host, a call
+            # cost about 250 us more than the protocol alone on the H200; each call a graph of its own behind its
+            # own word, about 10 us (2026-12-04). One call cannot compute the others' sets all the same: they form a
+            # chain (the task's CHAINED_INPUTS: call k+1's input is call k's output, poisoned until call k writes it).
+            ops.copy("the late inputs", lambda: calls.release_late(None))
+            ops.write_word(base + FlagPage.call_release(0), batch)
             early = handle.wait_flag(FlagPage.DONE, batch, deadline)
             if early is not None:
                 out.reply = early
                 return out
         else:
-            calls.release_late(sets[0], stream)
-            cudadrv.stream_write_value(stream.cuda_stream, base + FlagPage.call_release(0), batch)
+            ops.copy("call 0's late inputs", lambda: calls.release_late(sets[0]))
+            ops.write_word(base + FlagPage.call_release(0), batch)
             for k in range(n):
                 # Call k+1's late inputs go in only once call k has signalled its end (the judge's host reads the
                 # word)
@@ -169,29 +183,34 @@ def run_gpu(handle: RunnerHandle, calls: CallSets, sets: list[int], batch: int, 
                     out.reply = early
                     return out
                 if k + 1 < n:
-                    calls.release_late(sets[k + 1], stream)
-                    cudadrv.stream_write_value(stream.cuda_stream, base + FlagPage.call_release(k + 1), batch)
-        out.sample = calls.take_sample(max(sets) + 1, stream.cuda_stream)  # by the copy engine, behind the last call
-        end.record()
+                    ops.copy(f"call {k + 1}'s late inputs", lambda j=sets[k + 1]: calls.release_late(j))
+                    ops.write_word(base + FlagPage.call_release(k + 1), batch)
+        sample = calls.plan_sample(max(sets) + 1)
+        ops.copy("the outputs' sample", lambda: calls.read_sample(sample, ops.stream))  # behind the last call
+        out.sample = sample
+        end = ops.record()
         early = handle.wait_flag(FlagPage.DONE, batch, deadline)
         if early is not None:
             out.reply = early
             return out
-        end.synchronize()
+        if not wait_until(end, ops.done, deadline):
+            raise GpuHeld("the judge's end mark (behind a copy of the outputs) was not reached by the batch's "
+                          "deadline: another context's work holds the GPU")
         if not graph:
             out.reply = handle.receive(deadline - time.monotonic())
+        if not graph or thawed:
             t = time.perf_counter()
             handle.freeze()  # the answer is in: nothing of it runs until its clock starts again
             out.freeze_s += time.perf_counter() - t
-        out.ms = start.elapsed_time(end)
+        out.ms = ops.elapsed_ms(start, end)
         finished = True
         return out
     finally:
         if not finished:
-            _unblock(flags, batch, n)
+            _unblock(flags, batch, n, ops)
 
 
-def _unblock(flags: FlagPage, batch: int, n: int) -> None:
+def _unblock(flags: FlagPage, batch: int, n: int, ops: DeviceOps) -> None:
     """A batch that ended early (a call raised, the runner died or hung): the words the runner's stream may still
     wait for, written from the host, so that nothing of it stays queued behind them."""
     for k in range(min(n, FlagPage.MAX_CALLS)):  # a graph batch waits on call 0's word alone
@@ -199,4 +218,4 @@ def _unblock(flags: FlagPage, batch: int, n: int) -> None:
         flags.set(FlagPage.call_done(k), batch)
     flags.set(FlagPage.DONE, batch)
     flags.set(FlagPage.READY, batch)
-    torch.cuda.synchronize()
+    ops.synchronize(time.monotonic() + JUDGE_SYNC_S)  # bounded: what holds the GPU past it is the caller's to end

@@ -53,6 +53,7 @@ from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerpr
 from evoteam.harness.calls import CallSets
 from evoteam.harness.candidate import Candidate, CandidateError
 from evoteam.harness.check import CheckResult, OutputError, rule_record
+from evoteam.harness.gpu_ops import cuda_ops
 from evoteam.harness.model import EvalRequest, EvalResult, Status, TimingMode, WorkloadResult
 from evoteam.harness.runners import RunnerFault, RunnerHandle, claimed_failure
 from evoteam.harness.sandbox import SandboxSpec
@@ -73,6 +74,7 @@ SUB_FLUSH = "timing: cache flush (CPU)"  # what a CPU target's fill before every
 # no phase is "judge: other", so that the judge's phases sum to its process's life
 PHASE_START, PHASE_UNBIND, PHASE_END, PHASE_OTHER = ("judge start", "workload end (buffers freed)",
                                                      "judge end (runners closed)", "judge: other")
+MAX_GRAPH_NODES = 1024  # a graph batch's nodes at most (judge._timing; gpu_model.QUEUE_NODES)
 VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at random (all where cheap)
 MIN_VERIFIED = 8
 SECOND_FIGURE_ROUNDS = 8
@@ -474,7 +476,10 @@ class Judge:
             for calls in sides.values():
                 calls.close()
             if self.hw.is_gpu:
-                torch.cuda.synchronize()
+                try:
+                    self._device_sync()
+                except RunnerFault:
+                    pass  # the runner that held the GPU is ended; its workload's result already stands
                 torch.cuda.empty_cache()
             self._phase(PHASE_UNBIND, t)
 
@@ -519,7 +524,10 @@ class Judge:
         batch = self._next_batch()
         if self.hw.is_gpu and handle is self.baseline:
             self._quiet()  # nothing of the candidate's runs on the GPU while a trusted side is timed
-        out = (clock or self.check_clock).interval(handle, calls, sets, batch, deadline, write, self.flusher, null)
+        try:
+            out = (clock or self.check_clock).interval(handle, calls, sets, batch, deadline, write, self.flusher, null)
+        except interval.GpuHeld as held:
+            raise self._gpu_held(str(held)) from None
         if account:
             for name, seconds in ((SUB_INPUTS, out.inputs_s - out.flush_s), (SUB_FLUSH, out.flush_s),
                                   (SUB_FREEZE, out.freeze_s),
@@ -529,11 +537,36 @@ class Judge:
         return out
 
     def _flush_us(self) -> float:
-        """The judge's L2 flush, enqueued to synchronized, in microseconds: it waits behind other contexts' work."""
+        """The judge's L2 flush, enqueued to synchronized, in microseconds: it waits behind other contexts' work.
+        Bounded: a GPU held past interval.JUDGE_SYNC_S is the candidate's runner's doing (RunnerFault)."""
         t0 = time.perf_counter()
         self.flusher.zero_()
-        torch.cuda.synchronize()
+        self._device_sync()
         return (time.perf_counter() - t0) * 1e6
+
+    def _device_sync(self) -> None:
+        """The judge's own work on the device, waited for with a deadline (gpu_model's judge_waits_bounded): should
+        another context's work hold the GPU past it (a frozen candidate's stream waiting on a word nobody writes
+        holds the compute engine), the candidate's runner is ended, which ends its work, and the workload fails."""
+        if not self.hw.is_gpu:
+            return
+        if not cuda_ops().synchronize(time.monotonic() + interval.JUDGE_SYNC_S):
+            raise self._gpu_held(f"the judge's own work on the GPU did not finish in {interval.JUDGE_SYNC_S:g} s")
+
+    def _gpu_held(self, what: str) -> RunnerFault:
+        """The fault for a GPU held by work that does not end: the candidate's runner (the only untrusted context;
+        frozen, its work runs on) is ended, with its stacks, and the judge's work then finishes (or the evaluation
+        cannot go on: the GPU is held by something else)."""
+        stacks = ""
+        if self.candidate is not None:
+            self.candidate.dump_stacks()
+            stacks = self.candidate.stacks()
+            self._fault(self.candidate)
+        if not cuda_ops().synchronize(time.monotonic() + interval.JUDGE_SYNC_S):
+            raise RuntimeError(f"{what}, and the GPU is still held with the candidate's runner ended")
+        return RunnerFault(Status.TIMEOUT, f"{what}: the candidate's work held the GPU (a stream waiting on a word "
+                                           f"nobody writes, or a kernel that does not end); its runner was ended. "
+                                           f"The runner's stacks: {stacks or 'none written'}")
 
     def _quiet(self) -> None:
         """Wait until no other context has work running on the GPU (the candidate's runner, frozen on the host, may
@@ -575,8 +608,7 @@ class Judge:
         """The checks after a call or batch, in order; the first failure (a CheckFailure) or None."""
         from evoteam.harness.check import CheckFailure
 
-        if self.hw.is_gpu:
-            torch.cuda.synchronize()
+        self._device_sync()
         if sample is not None and calls.changed_since(sample):
             return CheckFailure(Status.SKIPPED_WORK.value, "", trial, None, 0,
                                 "outputs were written after the runner signalled the end of its calls (work left "
@@ -651,14 +683,23 @@ class Judge:
         label_mode = mode.value
         if mode is TimingMode.cputime and (cand.process.cpu_usec() is None or base.process.cpu_usec() is None):
             label_mode = "wallclock (no cgroup of the runner's own: the host clock)"
-        cand_mode = mode
+        cand_mode, graph_nodes = mode, 0
         if mode is TimingMode.graph:
-            failed = {}
             t = time.perf_counter()
-            for name, handle in (("candidate", cand), ("baseline", base)):
-                reply = handle.ask({"op": "capture", "sets": list(range(n))}, deadline - time.monotonic())
-                if not reply.get("ok"):
-                    failed[name] = reply.get("detail", "")[:160]
+            while True:
+                failed, nodes = {}, 0
+                for name, handle in (("candidate", cand), ("baseline", base)):
+                    reply = handle.ask({"op": "capture", "sets": list(range(n))}, deadline - time.monotonic())
+                    if not reply.get("ok"):
+                        failed[name] = reply.get("detail", "")[:160]
+                    nodes = max(nodes, int(reply.get("nodes") or 0))
+                # A batch's graph holds at most MAX_GRAPH_NODES nodes (fewer calls a batch, for both sides alike): a
+                # launch of many nodes behind the unwritten release word may hold its host (launch_may_block). The
+                # runner's count is a size to split by, never a time or a verdict.
+                if failed or nodes <= MAX_GRAPH_NODES or n == 1:
+                    break
+                n = n_base = max(1, n * MAX_GRAPH_NODES // nodes)
+            graph_nodes = nodes
             self._phase("timing: graph capture", t)
             if "baseline" in failed:  # both sides by events: the baseline's own graph is not there to time
                 mode = cand_mode = TimingMode.events
@@ -682,6 +723,8 @@ class Judge:
         result.speedup_low, result.speedup_high = figures.pop("interval", (None, None))
         result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
         result.spread["calls_per_batch"], result.spread["baseline_calls_per_batch"] = n, n_base
+        if graph_nodes:
+            result.spread["graph_nodes"] = graph_nodes  # the larger side's captured batch
         t = time.perf_counter()
         if cand_mode is TimingMode.graph:
             reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
@@ -816,6 +859,7 @@ class Judge:
                 except GpuBusy as busy:
                     result.flags.append(str(busy))
                     result.status, result.detail = Status.FLAGGED, str(busy)
+                    self._fault(self.candidate)  # its work runs on: the next workload gets a fresh runner
                     return None
                 t = time.perf_counter()
                 if handle is base:

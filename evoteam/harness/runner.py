@@ -27,6 +27,7 @@ from evoteam.harness.protocol import Channel, ChannelClosed
 from evoteam.harness.shared import FlagPage, MappedBuffers, TensorRef
 
 STUCK_DUMP_S = 30.0  # see Runner.serve
+ARM_ANSWER_S = 1.0  # op_arm answers once its launch has returned, or after this long in any case
 CPU_TIMED_OPS = ("call",)
 FATAL_CUDA_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
                       "illegal instruction", "an illegal", "CUDA error")
@@ -117,6 +118,12 @@ class Runner:
         self._reported: list[tuple[int, float]] = []
         self._warm = None
         self.graph_kernels: list[str] | None = None  # the kernels of the captured batch, read from its graph
+        self.ops = None  # the device operations (gpu_ops.CudaOps on a GPU; gpu_model.ModelOps in tests)
+        self.threaded_arm = True  # graph batches launched from a thread of their own (op_arm)
+        if self.cuda:
+            from evoteam.harness.gpu_ops import cuda_ops
+
+            self.ops = cuda_ops()
 
     # ------------------------------------------------------------------ messages
     def serve(self) -> None:
@@ -151,15 +158,11 @@ class Runner:
                 os._exit(3 if reply.get("fatal") else 0)
 
     def op_hello(self, msg: dict, fds: list[int]) -> dict:
-        if self.cuda:
-            torch.cuda.init()
-            torch.empty(1, device="cuda")  # creates the context (and makes it current)
-            from evoteam.harness import cudadrv
-
-            cudadrv.ensure_context(torch.cuda.current_device())
-            self.stream = torch.cuda.current_stream()
-            self._warm = torch.zeros(1, device="cuda")
-        self.flags = _flag_page(fds[0], self.cuda) if fds else None
+        if self.ops is not None:
+            self.ops.init()  # first: the flag page is registered with this context (register_needs_context)
+            self.stream = torch.cuda.current_stream() if self.cuda else None
+            self._warm = torch.zeros(1, device="cuda") if self.cuda else torch.zeros(1)
+        self.flags = _flag_page(fds[0], self.ops) if fds else None
         return {"ok": True, "pid": os.getpid(), "uid": os.getuid(), "cuda": self.cuda}
 
     def op_load(self, msg: dict, fds: list[int]) -> dict:
@@ -268,80 +271,101 @@ class Runner:
         call a message). On a GPU each call k waits, on the host and on the stream, for its release word, and
         the stream writes its done word after it."""
         batch, sets, null = int(msg["batch"]), list(msg["sets"]), bool(msg.get("null"))
-        if not self.cuda:
+        if self.ops is None:
             if not null:
                 for j in sets:
                     self.calls[j]()
             return {"ok": True}
-        from evoteam.harness import cudadrv
-
-        s, base, flags = self.stream.cuda_stream, self.flags.device_address, self.flags
+        ops, base, flags = self.ops, self.flags.device_address, self.flags
         self._prepare(batch)
         done = 0
         try:
             for k, j in enumerate(sets):
-                cudadrv.stream_wait_value(s, base + FlagPage.call_release(k), batch)
+                ops.wait_word(base + FlagPage.call_release(k), batch)
                 while flags.get(FlagPage.call_release(k)) < batch:
                     pass
                 if not null:
-                    self.calls[j]()
-                cudadrv.stream_write_value(s, base + FlagPage.call_done(k), batch)
+                    ops.kernel(f"call {j}", self.calls[j])
+                ops.write_word(base + FlagPage.call_done(k), batch)
                 done = k + 1
         finally:
             for k in range(done, len(sets)):  # a call that raised: the judge's stream waits for these words
-                cudadrv.stream_write_value(s, base + FlagPage.call_done(k), batch)
-            cudadrv.stream_write_value(s, base + FlagPage.DONE, batch)
-        torch.cuda.synchronize()  # a fault of this call is reported for this call
+                ops.write_word(base + FlagPage.call_done(k), batch)
+            ops.write_word(base + FlagPage.DONE, batch)
+        ops.synchronize()  # a fault of this call is reported for this call
         return {"ok": True}
 
     def op_sync(self, msg: dict, fds: list[int]) -> dict:
-        torch.cuda.synchronize()
+        if self.ops is not None:
+            self.ops.synchronize()
         return {"ok": True}
 
     def op_arm(self, msg: dict, fds: list[int]) -> dict:
-        """Graph mode: enqueue a batch (the calls' graph behind one release word) and return at once; `null` for
-        the protocol alone, which only the trusted runner is asked for."""
-        from evoteam.harness import cudadrv
+        """Graph mode: enqueue a batch (the calls' graph behind one release word) and answer; `null` for the protocol
+        alone, which only the trusted runner is asked for. The launch runs on a thread of its own: should it hold
+        the host behind the unwritten word (gpu_model's launch_may_block), the answer still comes, within
+        ARM_ANSWER_S, saying so (`enqueued`: False), and the judge thaws this process and releases the word: a batch
+        never waits on the answer that its own release waits for."""
+        import threading
 
         batch, null = int(msg["batch"]), bool(msg.get("null"))
-        s, base = self.stream.cuda_stream, self.flags.device_address
+        ops, base = self.ops, self.flags.device_address
         self._collect()
         self._prepare(batch)
-        cudadrv.stream_wait_value(s, base + FlagPage.call_release(0), batch)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        if not null:
-            self.graph.replay()
-        end.record()
-        cudadrv.stream_write_value(s, base + FlagPage.DONE, batch)
-        self.pending.append((batch, start, end))
-        return {"ok": True}
+        ops.wait_word(base + FlagPage.call_release(0), batch)
+        start = ops.record()
+        entry = {"batch": batch, "start": start, "end": None, "launched": threading.Event()}
+
+        def launch() -> None:
+            try:
+                if not null:
+                    ops.launch(self.graph)
+                entry["end"] = ops.record()
+            finally:
+                ops.write_word(base + FlagPage.DONE, batch)  # whatever happened: nothing waits on a word never set
+                entry["launched"].set()
+
+        self.pending.append(entry)
+        if not self.threaded_arm:
+            launch()
+            return {"ok": True, "enqueued": True}
+        thread = threading.Thread(target=self._on_stream(launch), name="evoteam-arm", daemon=True)
+        thread.start()
+        return {"ok": True, "enqueued": entry["launched"].wait(ARM_ANSWER_S)}
+
+    def _on_stream(self, fn):
+        """fn on this process's protocol stream (a thread's current stream is its own)."""
+        if self.stream is None:
+            return fn
+
+        def run() -> None:
+            with torch.cuda.stream(self.stream):
+                fn()
+        return run
 
     def _prepare(self, batch: int) -> None:
         """The batch's start on the stream: a tiny kernel (this context becomes the GPU's resident one), then the
         ready word. (Nothing waits before it: a stream waiting on a word holds the GPU, and the judge writes its
         inputs with kernels of its own before it asks for the batch.)"""
-        from evoteam.harness import cudadrv
-
-        s, base = self.stream.cuda_stream, self.flags.device_address
-        self._warm.add_(1)
-        cudadrv.stream_write_value(s, base + FlagPage.READY, batch)
+        self.ops.kernel("warm", lambda: self._warm.add_(1))
+        self.ops.write_word(self.flags.device_address + FlagPage.READY, batch)
 
     def _collect(self) -> list[tuple[int, float]]:
         out, keep = [], []
-        for batch, start, end in self.pending:
-            if end.query():
-                out.append((batch, start.elapsed_time(end)))
-            else:
-                keep.append((batch, start, end))
+        for entry in self.pending:
+            end = entry["end"]
+            if entry["launched"].is_set() and end is not None and self.ops.done(end):
+                out.append((entry["batch"], self.ops.elapsed_ms(entry["start"], end)))
+            elif not entry["launched"].is_set() or end is not None:
+                keep.append(entry)
         self.pending = keep
         self._reported += out
         return out
 
     def op_report(self, msg: dict, fds: list[int]) -> dict:
         """Device-event times of finished batches, as this process measured them (not trusted)."""
-        if self.cuda:
-            torch.cuda.synchronize()
+        if self.ops is not None:
+            self.ops.synchronize()
             self._collect()
         reported, self._reported = self._reported, []
         return {"ok": True, "device_ms": reported}
@@ -371,9 +395,10 @@ class Runner:
         torch.cuda.synchronize()
         from evoteam.harness import cudadrv
 
-        self.graph_kernels = None
+        self.graph_kernels, nodes = None, None
         try:  # the kernels it launches, read from the graph (the profiler's start costs seconds): op_kernels
             self.graph_kernels = sorted(set(cudadrv.graph_kernel_names(graph.raw_cuda_graph())))
+            nodes = cudadrv.graph_node_count(graph.raw_cuda_graph())
         except Exception:  # noqa: BLE001 - an older driver or torch: op_kernels profiles a call instead
             pass
         if hasattr(graph, "instantiate"):
@@ -385,7 +410,7 @@ class Runner:
         except Exception:  # noqa: BLE001 - an older driver or torch: the first replay uploads it
             pass
         self.graph = graph
-        return {"ok": True}
+        return {"ok": True, "nodes": nodes}  # the judge bounds a batch's nodes (judge.MAX_GRAPH_NODES)
 
     def op_kernels(self, msg: dict, fds: list[int]) -> dict:
         """Names of the device kernels one call launches (a filter, not a guarantee): those of the captured batch's
@@ -415,7 +440,8 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def _flag_page(fd: int, cuda: bool) -> FlagPage:
+def _flag_page(fd: int, ops) -> FlagPage:
+    """The judge's page of flag words, mapped here and, on a GPU, registered with this process's context."""
     page = FlagPage.__new__(FlagPage)
     import mmap
 
@@ -423,19 +449,20 @@ def _flag_page(fd: int, cuda: bool) -> FlagPage:
     page.page = mmap.mmap(fd, FlagPage.SIZE)
     page.words = memoryview(page.page).cast("I")
     page.device_address = 0
-    if cuda:
+    if ops is not None:
         import ctypes
 
-        from evoteam.harness import cudadrv
-
         address = ctypes.addressof(ctypes.c_char.from_buffer(page.page))
-        page.device_address = cudadrv.register_host(address, FlagPage.SIZE)
+        page.device_address = ops.register_host(address, FlagPage.SIZE)
     return page
 
 
 def main(argv: list[str]) -> int:
+    import signal
     import socket
 
+    # every thread's stack to the log (stderr) when the judge asks, before it ends a runner that went silent
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     channel = Channel(socket.socket(fileno=int(argv[0])))
     Runner(channel).serve()
     return 0

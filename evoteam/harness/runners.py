@@ -17,6 +17,7 @@ from evoteam.harness.sandbox import FreezeFailed, SandboxedProcess, SandboxSpec
 from evoteam.harness.shared import FlagPage
 
 LOG_TAIL_CHARS = 4000
+STACK_WAIT_S = 0.5  # a runner asked for its stacks has this long to write them
 CRASH_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
                  "Segmentation fault", "core dumped")
 
@@ -116,20 +117,42 @@ class RunnerHandle:
         self.freeze()
         return reply
 
-    def wait_flag(self, offset: int, value: int, deadline: float) -> dict | None:
+    def wait_flag(self, offset: int, value: int, deadline: float, what: str = "its GPU work") -> dict | None:
         """Spin until the flag word reaches `value` (the runner's GPU writes it); an answer that the
-        runner sends first (a call that raised, say) is returned instead."""
+        runner sends first (a call that raised, say) is returned instead. At the deadline the runner's stacks go to
+        its log, it is ended, and the workload fails with them."""
         words, index = self.flags.words, offset // 4
         spins = 0
         while words[index] < value:
             spins += 1
             if spins & 0x3FFF == 0:
                 if time.monotonic() > deadline:
+                    self.dump_stacks()
                     self.kill()
-                    raise RunnerFault(Status.TIMEOUT, "no signal from the runner's GPU work within the time limit")
+                    raise RunnerFault(Status.TIMEOUT, f"no signal from {what} within the time limit (its word at "
+                                      f"{offset} was never written); the runner's stacks: {self.stacks()}")
                 if self.process.poll() is not None or _readable(self.channel.sock):
                     return self.receive(max(0.0, deadline - time.monotonic()))
         return None
+
+    def dump_stacks(self, wait_s: float = STACK_WAIT_S) -> None:
+        """Ask the runner's Python processes for every thread's stack (SIGUSR1: faulthandler writes them to its log),
+        thawed for the moment it takes: a runner about to be ended for silence leaves where it was."""
+        try:
+            self.thaw()
+            pids = self.process.python_pids()
+            for pid in pids:
+                os.kill(pid, signal.SIGUSR1)
+            if pids:
+                time.sleep(wait_s)
+        except (OSError, RunnerFault):
+            pass
+
+    def stacks(self) -> str:
+        """The frames of the runner's latest stack dump in its log (faulthandler's `File "...", line N in f` lines),
+        the innermost of each thread first, as written."""
+        frames = [line.strip() for line in self.logs().splitlines() if line.strip().startswith('File "')]
+        return " | ".join(frames[-16:]) or "none written"
 
     def _death(self) -> RunnerFault:
         for _ in range(100):  # the socket closes a moment before the process is reaped

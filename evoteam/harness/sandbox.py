@@ -643,6 +643,20 @@ class SandboxedProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def python_pids(self) -> list[int]:
+        """The runner's own Python processes (the sandbox's init and shells left out: a signal they do not expect
+        would end them)."""
+        from evoteam.harness.guard import descendants
+
+        found = []
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            try:
+                if b"evoteam.harness.runner" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                pass
+        return found
+
     def kill(self) -> None:
         """End the runner and everything it started, then reap it."""
         if self.guard is not None:

@@ -162,19 +162,23 @@ class FlagPage:
     def call_done(k: int) -> int:
         return 2048 + 64 * k
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, ops=None):
+        """`ops`: the device operations that register the page (gpu_ops.cuda_ops() on a GPU; the model in tests);
+        the process must have its context first (gpu_model's register_needs_context)."""
         self.fd = os.memfd_create("evoteam-flags", os.MFD_CLOEXEC)
         os.ftruncate(self.fd, self.SIZE)
         self.page = mmap.mmap(self.fd, self.SIZE)
         self.words = memoryview(self.page).cast("I")
         self.device_address = 0
-        if device.startswith("cuda"):
+        if ops is None and device.startswith("cuda"):
+            from evoteam.harness.gpu_ops import cuda_ops
+
+            ops = cuda_ops()
+        if ops is not None:
             import ctypes
 
-            from evoteam.harness import cudadrv
-
             address = ctypes.addressof(ctypes.c_char.from_buffer(self.page))
-            self.device_address = cudadrv.register_host(address, self.SIZE)
+            self.device_address = ops.register_host(address, self.SIZE)
 
     def get(self, offset: int) -> int:
         return self.words[offset // 4]
