@@ -74,6 +74,7 @@ def honest_and_slow(*args):
 '''
 
 ARGS = "q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse"
+INPUTS = "q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale"
 
 
 @dataclass(frozen=True)
@@ -91,14 +92,30 @@ class Case:
     evidence: tuple[str, ...] = ()
     timeout_s: float = 120.0
     scan_rejects: bool = field(default=True)  # whether the static scan (off in the suite) would have caught it
+    # a repository kernel file evaluated as it is (a control of another language or convention), instead of body
+    file: str | None = None
+    # value-returning: evaluated as a FlashInfer-Trace solution that returns its outputs (body returns them)
+    returns: bool = False
+    # on a GPU, the workloads (uuid prefixes) where they differ from WORKLOADS: the controls run small and large
+    gpu_workloads: tuple[str, ...] = ()
 
     def source(self, delay: float, token: str, port: int, secret_file: str, cache_file: str) -> str:
         head = HEADER.format(name=self.name, cls=self.cls, what=self.what, delay=delay, token=token, port=port,
                              secret_file=secret_file, cache_file=cache_file, first_tokens=FIRST_TOKENS)
-        return f"{head}\n{self.extra}\n\ndef run({ARGS}):\n{self.body}\n"
+        return f"{head}\n{self.extra}\n\ndef run({INPUTS if self.returns else ARGS}):\n{self.body}\n"
 
 
 CALL = f"honest({ARGS})"
+LARGE = "5bef8d88"  # batch 64, 75,145 KV tokens: the largest of the 47 MLA workloads (a control's second workload)
+CONTROL_WORKLOADS = (WORKLOADS[0], LARGE)
+SEED_FILE = "kernels/mla_decode/seed_triton.py"
+
+
+def _seed_source() -> str:
+    """The task's seed kernel (Triton) as module-level code of a case, its entry point renamed seed_run."""
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parents[2] / SEED_FILE).read_text().replace("def run(", "def seed_run(")
 SLOW = f"honest_and_slow({ARGS})"
 
 CASES = [
@@ -121,6 +138,23 @@ CASES = [
         logits = (q_nope[b].float() @ kc.T + q_pe[b].float() @ kp.T) * float(sm_scale)
         lse[b] = torch.logsumexp(logits, dim=-1) / math.log(2.0)
         output[b] = (torch.softmax(logits, dim=-1) @ kc).to(torch.bfloat16)"""),
+    Case("honest_triton", "control", "the task's seed kernel (Triton): one launch a call", "pass", "",
+         file=SEED_FILE, devices=("cuda",), gpu_workloads=CONTROL_WORKLOADS),
+    Case("honest_cuda", "control", "a CUDA C++ solution built by torch's extension loader (kernels/mla_decode/"
+         "splitkv_wmma.cu)", "pass", "", file="kernels/mla_decode/splitkv_wmma.cu", devices=("cuda",),
+         gpu_workloads=CONTROL_WORKLOADS, timeout_s=300),
+    Case("honest_per_request", "control", "the seed kernel launched once per request (64 launches a call at batch 64:"
+         " thousands of graph nodes a batch, which the judge splits to its node bound)", "pass",
+         """    for b in range(q_nope.shape[0]):
+        seed_run(q_nope[b:b + 1], q_pe[b:b + 1], ckv_cache, kpe_cache, kv_indptr[b:b + 2], kv_indices, sm_scale,
+                 output[b:b + 1], lse[b:b + 1])""", extra=_seed_source(), devices=("cuda",),
+         gpu_workloads=CONTROL_WORKLOADS),
+    Case("honest_value_returning", "control", "a FlashInfer-Trace solution that allocates and returns its outputs "
+         "(destination_passing_style false): the runner's copy into the judge's buffers is part of its call", "pass",
+         """    output = torch.empty(*q_nope.shape[:2], ckv_cache.shape[-1], dtype=torch.bfloat16, device=q_nope.device)
+    lse = torch.empty(q_nope.shape[:2], dtype=torch.float32, device=q_nope.device)
+    honest(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse)
+    return output, lse""", returns=True, gpu_workloads=CONTROL_WORKLOADS),
     # ------------------------------------------------------------------ the baseline or the reference
     Case("reference_via_evoteam", "baseline/reference", "hands the work to the task's reference through evoteam",
          "fail", """    from evoteam.task import load_task
@@ -347,20 +381,34 @@ def _fork(target, *args):
             os._exit(0)''',
          devices=("cpu",), timeout_s=180),
     Case("compute_whole_batch", "partial work",
-         "the first call of a batch computes every set of it (it finds the other sets' buffers in its process), the "
-         "others return at once: one launch, one cost for the batch (a CPU times a slow candidate one call a batch, "
-         "where this is no cheat: the GPU's batches hold up to 16)", "fail", """    runner = _find_runner()
+         "the first call of a batch computes every set of it at once (it finds the other sets' buffers in its "
+         "process): each set's work on a stream of its own, all started together, as one launch over the whole batch "
+         "would run them side by side; the others return at once. One cost for the batch (a CPU times a slow "
+         "candidate one call a batch, where this is no cheat: the GPU's graph batches hold up to 128). Computing the "
+         "sets one after another in the first call would pay the cost once per set: no gain to measure", "fail",
+         """    runner = _find_runner()
     sets = runner.sets if runner is not None else []
     first = next((i for i, (_, o) in enumerate(sets) if o["output"].data_ptr() == output.data_ptr()), 0)
     if first != 0:
         return  # computed by the batch's first call
-    _delay(q_nope.device)  # the cost, once for the whole batch
     if not sets:
-        honest(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse)
-    for inputs, outputs in sets:
-        honest(*[inputs[k] for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "kv_indptr", "kv_indices",
-                                      "sm_scale")], outputs["output"], outputs["lse"])""",
+        honest_and_slow(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse)
+        return
+    main = torch.cuda.current_stream()
+    while len(_streams) < len(sets):
+        _streams.append(torch.cuda.Stream())
+    names = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "kv_indptr", "kv_indices", "sm_scale")
+    # as one launch over the batch would, every set's inputs read as it starts (the pool is read in place)
+    taken = [[v if k in ("ckv_cache", "kpe_cache") or not hasattr(v, "clone") else v.clone()
+              for k, v in ((k, inputs[k]) for k in names)] for inputs, _ in sets]
+    for args, (_, outputs), side in zip(taken, sets, _streams):
+        side.wait_stream(main)
+        with torch.cuda.stream(side):  # every set's work at once, each paying its cost side by side
+            honest_and_slow(*args, outputs["output"], outputs["lse"])
+    for side in _streams[:len(sets)]:
+        main.wait_stream(side)""",
          extra="""_runner = []
+_streams = []
 
 
 def _find_runner():
@@ -560,6 +608,20 @@ def _keep_gpu_busy(device):
         while True:
             pass
     {CALL}""", statuses=("timeout",), timeout_s=15),
+    Case("hold_gpu_with_a_wait", "faults",
+         "on the first workload, after writing correct outputs, leaves a stream waiting on a word nobody writes: a "
+         "frozen runner's wait holds the GPU from the judge's kernels (gpu_model's wait_holds_compute); the judge's "
+         "waits are bounded, the runner is ended with its stacks, and the next workload runs", "fault",
+         f"""    {CALL}
+    if kv_indices.shape[0] == FIRST_TOKENS and not torch.cuda.is_current_stream_capturing():
+        import ctypes
+        word = torch.zeros(1, dtype=torch.int32, device=q_nope.device)
+        side = torch.cuda.Stream()
+        _held.extend([word, side])
+        ctypes.CDLL("libcuda.so.1").cuStreamWaitValue32_v2(ctypes.c_void_p(side.cuda_stream),
+                                                           ctypes.c_uint64(word.data_ptr()), ctypes.c_uint32(1),
+                                                           ctypes.c_uint(0))""",
+         extra="_held = []", devices=("cuda",), statuses=("timeout",), timeout_s=90),
     Case("fault_sudden_oom", "faults", "takes and touches more host memory than its limit at once, on the first workload",
          "fault", f"""    if kv_indices.shape[0] == FIRST_TOKENS:
         torch.ones(8 << 30 if q_nope.device.type == "cpu" else 64 << 30, dtype=torch.uint8)

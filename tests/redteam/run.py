@@ -115,6 +115,8 @@ class Row:
     caught: bool
     why: str
     log: str = ""  # the evaluation's log tail where the case was not caught (the runners' logs among it)
+    speedups: list[float | None] = field(default_factory=list)  # per workload, where one was measured
+    modes: list[str] = field(default_factory=list)  # per workload, the timing mode that produced the time
 
     def line(self) -> str:
         times = ", ".join("-" if t is None else f"{t:.3g}" for t in self.candidate_ms)
@@ -161,10 +163,35 @@ BASELINE_SLOWED = 1.5
 HONEST = Case("honest_control", "control", "the honest path with its deliberate cost", "no_gain", f"    {SLOW}")
 
 
+def _candidate(case: Case, ctx: Context) -> Path:
+    """The case's candidate file: a repository kernel as it is, a value-returning solution JSON, or a Python file."""
+    if case.file:
+        return REPO / case.file
+    source = case.source(ctx.delay_s, ctx.token, ctx.listener.port, str(ctx.secret_file), str(ctx.cache_file))
+    if not case.returns:
+        path = ctx.workdir / f"{case.name}.py"
+        path.write_text(source)
+        return path
+    path = ctx.workdir / f"{case.name}.json"
+    task = load_task("mla_decode")
+    path.write_text(json.dumps({
+        "name": case.name, "definition": task.definition.name, "author": "redteam",
+        "spec": {"language": "python", "target_hardware": [ctx.hw.name], "entry_point": "main.py::run",
+                 "destination_passing_style": False},
+        "sources": [{"path": "main.py", "content": source}]}))
+    return path
+
+
+def _uuids(case: Case, ctx: Context) -> list[str]:
+    if ctx.hw.is_gpu and case.gpu_workloads:
+        task = load_task("mla_decode")
+        return [w.uuid for w in select_workloads(task.scaled_workloads(ctx.scale), list(case.gpu_workloads))]
+    return ctx.uuids
+
+
 def _evaluate(case: Case, ctx: Context, reps: int | None):
-    path = ctx.workdir / f"{case.name}.py"
-    path.write_text(case.source(ctx.delay_s, ctx.token, ctx.listener.port, str(ctx.secret_file), str(ctx.cache_file)))
-    request = EvalRequest(task="mla_decode", hardware=ctx.hw.name, solution=str(path), workloads=ctx.uuids,
+    path = _candidate(case, ctx)
+    request = EvalRequest(task="mla_decode", hardware=ctx.hw.name, solution=str(path), workloads=_uuids(case, ctx),
                           scale=ctx.scale, warmup=1, reps=reps or (10 if ctx.hw.is_gpu else 3), static_scan=False,
                           second_figure=False, workload_timeout_s=case.timeout_s,
                           memory_limit_gib=8 if ctx.hw.is_gpu else 4, disk_limit_gib=1)
@@ -219,7 +246,8 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
     if timing:
         why += f" [{timing}]"
     return Row(case.name, case.cls, case.expect, statuses, times, "; ".join(traces) or "-", caught, why,
-               "" if caught else outcome.log_tail[-6000:])
+               "" if caught else outcome.log_tail[-6000:], [r.speedup for r in results],
+               [r.timing_mode for r in results])
 
 
 def table(rows: list[Row]) -> str:
@@ -237,11 +265,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", nargs="*", default=[], help="these cases first, in this order, then the others")
     p.add_argument("--json", type=Path)
     p.add_argument("--reps", type=int)
+    p.add_argument("--part", help="K/N: the controls, the --first cases, and of the others every N-th from the K-th "
+                                  "(0-based): a rotating part of the suite where time is short (scripts/gpu_check.sh)")
     args = p.parse_args(argv)
     ctx = make_context(args.hardware)
     device = "cuda" if ctx.hw.is_gpu else "cpu"
     available = {c.name: c for c in cases_for(device)}
     cases = [available[name] for name in args.only if name in available] if args.only else list(available.values())
+    if args.part:
+        k, n = (int(v) for v in args.part.split("/"))
+        others = [c for c in cases if c.expect != "pass"]
+        chosen = {c.name for i, c in enumerate(others) if i % n == k}
+        cases = [c for c in cases if c.expect == "pass" or c.name in chosen or c.name in args.first]
     cases = [c for name in args.first for c in cases if c.name == name] + [c for c in cases if c.name not in args.first]
     unknown = (set(args.only) | set(args.first)) - {c.name for c in CASES}
     if unknown:
