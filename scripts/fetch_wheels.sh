@@ -16,6 +16,20 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "${TAR
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .whl \
   $pins 'omegaconf==2.3.0' "$@"
+# MLflow's tracking client with its SQLite store (the main job's tracking on the device: scripts/gpu_check.sh), and
+# what it needs that the lent machine's image lacks; at the versions this project's .venv resolves (mlflow-skinny, not
+# the full mlflow: the UI's 12 MB are not needed there). TRACKING=0 leaves them out (22 MB).
+if [ "${TRACKING:-1}" != 0 ]; then
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "${TARGET_PYTHON:-3.12}" \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+    mlflow-skinny==3.17.2 mlflow-tracing==3.17.2 SQLAlchemy==2.1.9 alembic==1.20.1 Mako==1.4.3 greenlet==3.5.6 \
+    pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 cachetools==7.3.3 \
+    sqlparse==0.6.1 python-dotenv==1.2.4 importlib_metadata==9.1.0 fastapi==0.165.0 starlette==1.10.0 \
+    opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-proto==1.45.2 \
+    opentelemetry-semantic-conventions==0.66b2 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12 gitpython==3.2.1 \
+    gitdb==4.0.12 smmap==5.0.3 databricks-sdk==0.167.0 google-auth==2.63.1 pyasn1==0.6.5 pyasn1_modules==0.4.2
+fi
 # antlr4-python3-runtime (Hydra's parser) has no wheel on PyPI: build one (pure Python)
 ls .whl/antlr4_python3_runtime-4.9.3-*.whl >/dev/null 2>&1 || \
   python3 -m pip wheel -q --no-deps -w .whl 'antlr4-python3-runtime==4.9.3'

@@ -12,6 +12,7 @@ uploaded first (cuGraphUpload), and a graph replayed once ungated first.
 Usage on a GPU host, from the repository root: python3 scripts/graph_gate_probe.py
 """
 
+import os
 import threading
 import time
 
@@ -20,7 +21,7 @@ import torch
 from evoteam.harness import cudadrv
 from evoteam.harness.shared import FlagPage
 
-GATE_S = 3.0
+GATE_S = float(os.environ.get("GATE_S", "3"))  # seconds the word stays unwritten
 
 
 def main() -> None:
