@@ -43,13 +43,17 @@ champion=/tmp/gpu-check-champion.py
 python3 -m evoteam.sweep --build kernels/mla_decode/champion_h200.json --emit-kernel "$champion" > "$out/build.log" 2>&1 \
   || { echo "cannot build the MLA champion (see $out/build.log)"; exit 1; }
 
-part() {  # part NAME SECONDS CMD...: one part under its timeout, its log in OUT/NAME.log, its wall in walls.txt
-  local name=$1 limit=$2 t0=$SECONDS rc
+part() {  # part NAME SECONDS CMD...: one part under its timeout (LIMIT_<NAME> overrides it), its log in OUT/NAME.log,
+          # its wall in walls.txt; PACK=FILE.tgz: OUT packed there after every part (what a cut call still returns)
+  local name=$1 limit=$2 t0=$SECONDS rc var="LIMIT_$1"
+  limit=${!var:-$limit}
   shift 2
   timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
   rc=$?
   echo "$name $rc $((SECONDS - t0))" >> "$out/walls.txt"
   echo "part $name: exit $rc in $((SECONDS - t0)) s$([ $rc = 124 ] && echo " (cut at its $limit s limit)")"
+  [ -n "${PACK:-}" ] && tar czf "$PACK" -C "$(dirname "$out")" --exclude=cache.tgz "$(basename "$out")"
+  return 0
 }
 bench() {  # bench JSON_NAME ARGS...: evoteam.bench, its report in OUT/JSON_NAME.json
   local name=$1
@@ -95,4 +99,8 @@ from cases import cases_for; print(' '.join(c.name for c in cases_for('cuda') if
   esac
 done
 echo "gpu_check: $((SECONDS - start)) s in all"
+# shellcheck disable=SC2086
 python3 scripts/gpu_check_summary.py "$out" --parts $parts --seconds $((SECONDS - start))
+rc=$?
+[ -n "${PACK:-}" ] && tar czf "$PACK" -C "$(dirname "$out")" --exclude=cache.tgz "$(basename "$out")"
+exit $rc

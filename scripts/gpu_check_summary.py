@@ -62,7 +62,9 @@ def redteam_rows(out: Path, name: str, title: str) -> list[Row]:
     caught = [r for r in rows if r["caught"]]
     detail = [f"{r['case']} ({r['expect']}): {'/'.join(r['statuses'])}; candidate ms "
               f"{', '.join('-' if t is None else f'{t:.4f}' for t in r['candidate_ms'])}; speedups "
-              f"{', '.join(_fmt(x) + 'x' for x in r.get('speedups', []))}; "
+              f"{', '.join(_fmt(x) + 'x' for x in r.get('speedups', []))} "
+              f"({', '.join(m.split(' ')[0] for m in r.get('modes', []) if m) or '-'}; events beside: "
+              f"{', '.join(_fmt(x) + 'x' for x in r.get('second', [])) or '-'}); "
               f"{'caught' if r['caught'] else 'LEAK'}: {r['why']}" for r in rows]
     part = (out / "redteam_part.txt").read_text().strip() if (out / "redteam_part.txt").exists() else ""
     figures = f"{len(caught)}/{len(rows)} as expected" + (f" (part {part} of the rest)" if name == "redteam" else "")
