@@ -29,7 +29,10 @@ Names and identities:
   checks     a check-only trace (bench --check-only) has evaluation null and its verdict in "check", as
              trace_writer.to_trace writes it: flashinfer-bench requires performance of a PASSED evaluation.
 Exporting into a folder that holds a dataset adds to it (a line already there is not written twice) and changes
-nothing there: a workload or solution there that differs from the export's is refused.
+nothing there: a definition, workload or solution there that differs from the export's is refused. The folder is read
+as flashinfer-bench reads it (definitions/, solutions/ and workloads/ at any depth). Every name that becomes part of a
+path (a definition's name and op_type, a solution's name, a workload's uuid: any string in FlashInfer-Trace) must be one
+plain file name (`file_name`), and every path must stay inside the folder (`_inside`): nothing is written outside it.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Any
 from evoteam.blobs import write_safetensors
 from evoteam.errors import UserError, exit_code_of
 from evoteam.harness.candidate import CandidateError, solution_of_path
-from evoteam.schema import InputSpec, SchemaError, Solution, Trace, Workload, load_traces, read_jsonl
+from evoteam.schema import Definition, InputSpec, SchemaError, Solution, Trace, Workload, load_traces, read_jsonl
 from evoteam.task import SCALES, Task, available_tasks, load_task
 from evoteam.trace_writer import non_finite_errors, solution_name_of_file
 
@@ -91,6 +94,54 @@ def _core(workload: dict) -> dict:
     return Workload.from_json(workload).to_json()
 
 
+# The longest name a file of the folder takes here (most file systems allow 255 bytes; ".safetensors" is 12 of them)
+MAX_NAME_BYTES = 200
+
+
+def file_name(name: object, what: str, where: str) -> str:
+    """A name from a solution, trace or definition that becomes one component of a path in the folder, refused unless
+    it is one plain file name: a FlashInfer-Trace name is any string, and it comes from JSON anyone can write."""
+    problem = None
+    if not isinstance(name, str) or not name:
+        problem = "it is empty" if name == "" else f"it is a {type(name).__name__}, not a string"
+    elif name in (".", ".."):
+        problem = f"it is {name!r}"
+    elif "/" in name or "\\" in name:
+        problem = "it holds a path separator"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
+        problem = "it holds a control character"
+    elif len(name.encode()) > MAX_NAME_BYTES:
+        problem = f"it is longer than {MAX_NAME_BYTES} bytes"
+    if problem is not None:
+        raise UserError(f"{where}: {what} {name!r} cannot name a file in the dataset folder ({problem}); rename it")
+    return name
+
+
+def _inside(root: Path, *parts: str) -> Path:
+    """root/parts, refused where it would lead out of root (a part that is a path, or a link in the folder that
+    points elsewhere): nothing is ever written outside the export's folder."""
+    path = root.joinpath(*parts)
+    base = root.resolve()
+    if not path.resolve().is_relative_to(base):
+        raise UserError(f"{path}: leads out of {root} (through a link in the folder?); export into a folder without "
+                        f"links that lead out of it")
+    return path
+
+
+def _definition_identity(obj: dict) -> str:
+    """What makes two definition JSONs one definition, as evoteam's schema reads them: the name, axes, inputs,
+    outputs, constraints and reference (descriptions and tags are prose; empty constraints and none alike)."""
+    out = Definition.from_json(obj).to_json()
+    out.pop("description", None)
+    out.pop("tags", None)
+    if not out.get("constraints"):
+        out.pop("constraints", None)
+    for group in ("axes", "inputs", "outputs"):
+        for spec in out[group].values():
+            spec.pop("description", None)
+    return json.dumps(out, sort_keys=True)
+
+
 def _identity(solution: dict) -> str:
     """What makes two solution JSONs one kernel: definition, build spec (but the hardware it ran on) and sources."""
     try:
@@ -105,13 +156,18 @@ def _identity(solution: dict) -> str:
 
 
 class Dataset:
-    """An export folder: what it holds and what this export adds to it, all checked before anything is written."""
+    """An export folder: what it holds and what this export adds to it, all checked before anything is written.
+
+    What the folder holds is read as flashinfer-bench reads it, every file of definitions/, solutions/ and workloads/
+    at any depth: a definition, solution or workload there under another path is the same name all the same."""
 
     def __init__(self, root: Path):
         self.root = root
         self.counts = {"definitions": 0, "workloads": 0, "solutions": 0, "traces": 0, "blobs": 0}
         self._definitions: dict[Path, Task] = {}  # to write
-        self._workloads: dict[Path, dict[str, dict]] = {}  # workloads file -> {uuid: workload JSON}, there or added
+        self._known_defs: dict[str, tuple[str, str]] | None = None  # name -> (identity, where), there or added
+        # (definition, uuid) -> (workload JSON, where), there or added
+        self._workloads: dict[tuple[str, str], tuple[dict, str]] | None = None
         self._new_workloads: list[tuple[Task, Workload, Path, Path, list[str], dict]] = []
         self._solutions: dict[str, tuple[str, str, bool]] | None = None  # name -> (identity, where, in the folder)
         self._new_solutions: dict[Path, Solution] = {}
@@ -119,18 +175,69 @@ class Dataset:
         self._new_traces: list[tuple[Path, dict]] = []
         self._own: dict[str, dict[str, Workload]] = {}  # task -> its workloads at every scale, by uuid
 
+    def _path(self, *parts: str) -> Path:
+        return _inside(self.root, *parts)
+
+    def _names(self, task: Task) -> tuple[str, str]:
+        """The definition's op_type and name, each checked to be one file name."""
+        d = task.definition
+        return (file_name(d.op_type, "op_type", f"definition {d.name!r}"),
+                file_name(d.name, "definition name", f"task {task.name}"))
+
     # ---------------------------------------------------------------- what the export adds
     def add_definition(self, task: Task) -> None:
-        d = task.definition
-        path = self.root / "definitions" / d.op_type / f"{d.name}.json"
-        if not path.exists():
-            self._definitions[path] = task
+        """The task's definition, unless the folder holds it (under any path); another definition of its name there
+        is refused: the traces would be read against the one and were judged against the other."""
+        op_type, name = self._names(task)
+        known = self._known_definitions()
+        identity = _definition_identity(task.definition.to_json())
+        if name in known:
+            have, where = known[name]
+            if have != identity:
+                raise UserError(f"{where}: another definition named {name!r} than task {task.name}'s (its axes, "
+                                f"inputs, outputs or reference differ); export into a new folder")
+            return
+        path = self._path("definitions", op_type, f"{name}.json")
+        known[name] = (identity, str(path))
+        self._definitions[path] = task
+
+    def _known_definitions(self) -> dict[str, tuple[str, str]]:
+        if self._known_defs is None:
+            self._known_defs = {}
+            for path in sorted((self.root / "definitions").rglob("*.json")):
+                try:
+                    obj = json.loads(path.read_text())
+                    identity = _definition_identity(obj)
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    raise UserError(f"{path}: not a FlashInfer-Trace definition ({exc}), so flashinfer-bench does not "
+                                    f"load this folder either; fix or remove it, or export into a new folder") from None
+                if obj["name"] in self._known_defs:
+                    raise UserError(f"{path} and {self._known_defs[obj['name']][1]} both define {obj['name']!r}, so "
+                                    f"flashinfer-bench does not load this folder; remove one, or export into a new "
+                                    f"folder")
+                self._known_defs[obj["name"]] = (identity, str(path))
+        return self._known_defs
+
+    def _known_workloads(self) -> dict[tuple[str, str], tuple[dict, str]]:
+        if self._workloads is None:
+            self._workloads = {}
+            for path in sorted((self.root / "workloads").rglob("*.jsonl")):
+                try:
+                    for obj in read_jsonl(path):
+                        Workload.from_json(obj["workload"])
+                        key = (obj["definition"], obj["workload"]["uuid"])
+                        self._workloads.setdefault(key, (obj["workload"], str(path)))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise UserError(f"{path}: not FlashInfer-Trace workload lines ({exc}), so flashinfer-bench does "
+                                    f"not load this folder either; fix or remove it, or export into a new folder") \
+                        from None
+        return self._workloads
 
     def add_workload(self, task: Task, workload: Workload) -> dict:
         """The task's workload as exported (its blob inputs point into this folder, its uuid `exported_uuid`)."""
-        d = task.definition
-        own = exported_uuid(task, workload)
-        blob = Path("blob") / "workloads" / d.op_type / d.name / f"{own}.safetensors"
+        op_type, name = self._names(task)
+        own = file_name(exported_uuid(task, workload), "workload uuid", f"task {task.name}")
+        blob = Path("blob") / "workloads" / op_type / name / f"{own}.safetensors"
         names = blob_inputs(task, workload)
         inputs = {n: InputSpec(type="safetensors", path=f"./{blob.as_posix()}", tensor_key=n) if n in names else spec
                   for n, spec in workload.inputs.items()}
@@ -140,28 +247,30 @@ class Dataset:
             exported["origin"] = published
             exported["description"] = (f"inputs as evoteam's task {task.name} makes them ({', '.join(names)}), not "
                                        f"the published data of workload {published}")
-        path = self.root / "workloads" / d.op_type / f"{d.name}.jsonl"
-        there = self._workloads.setdefault(path, {obj["workload"]["uuid"]: obj["workload"] for obj in read_jsonl(path)}
-                                           if path.is_file() else {})
-        if own not in there:
-            there[own] = exported
-            self._new_workloads.append((task, workload, path, blob, names, exported))
-        elif _core(there[own]) != _core(exported):
-            raise UserError(f"{path}: workload {own} there has other axes or inputs than this export gives it (an "
+        known = self._known_workloads()
+        there = known.get((name, own))
+        if there is None:
+            path = self._path("workloads", op_type, f"{name}.jsonl")
+            known[(name, own)] = (exported, str(path))
+            self._new_workloads.append((task, workload, path, self._path(*blob.parts), names, exported))
+        elif _core(there[0]) != _core(exported):
+            raise UserError(f"{there[1]}: workload {own} there has other axes or inputs than this export gives it (an "
                             f"export of another evoteam version?); export into a new folder")
         return exported
 
     def add_solution(self, task: Task, solution: Solution, where: str) -> None:
         """A solution the traces name, refused where its name is another solution's in the folder or in this export."""
-        d = task.definition
-        if solution.definition != d.name:
+        op_type, name = self._names(task)
+        if solution.definition != name:
             raise UserError(f"{where}: solution {solution.name!r} is for definition {solution.definition!r}, the "
-                            f"traces naming it for {d.name!r}; give the solution they were measured with")
+                            f"traces naming it for {name!r}; give the solution they were measured with")
+        file_name(solution.name, "solution name", where)
         known = self._known_solutions()
         identity = _identity(solution.to_json())
         if solution.name not in known:
+            path = self._path("solutions", op_type, name, f"{solution.name}.json")
             known[solution.name] = (identity, where, False)
-            self._new_solutions[self.root / "solutions" / d.op_type / d.name / f"{solution.name}.json"] = solution
+            self._new_solutions[path] = solution
             return
         have, first, in_folder = known[solution.name]
         if have == identity:
@@ -193,9 +302,12 @@ class Dataset:
         line = replace(trace, workload=Workload.from_json(workload), evaluation=evaluation).to_json()
         key = json.dumps(line, sort_keys=True)
         line["workload"] = workload  # with its pointer to a published workload, as in the workloads file
-        path = self.root / "traces" / task.definition.op_type / f"{task.definition.name}.jsonl"
-        seen = self._traces.setdefault(path, {json.dumps(t.to_json(), sort_keys=True) for t in load_traces(path)}
-                                       if path.is_file() else set())
+        op_type, name = self._names(task)
+        path = self._path("traces", op_type, f"{name}.jsonl")
+        if path not in self._traces:
+            self._traces[path] = {json.dumps(t.to_json(), sort_keys=True) for t in _read_traces(path)} \
+                if path.is_file() else set()
+        seen = self._traces[path]
         if key not in seen:
             seen.add(key)
             self._new_traces.append((path, line))
@@ -221,7 +333,7 @@ class Dataset:
             self.counts["definitions"] += 1
         for task, workload, path, blob, names, exported in self._new_workloads:
             if names:
-                write_safetensors(self.root / blob, blob_tensors(task, workload, names))
+                write_safetensors(blob, blob_tensors(task, workload, names))
                 self.counts["blobs"] += 1
             _append(path, {"definition": task.definition.name, "solution": None, "workload": exported,
                            "evaluation": None})

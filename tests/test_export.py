@@ -465,3 +465,61 @@ def test_check_only_traces_carry_no_performance_and_load(tmp_path):
     assert trace.solution == name and trace.evaluation is None
     (ours,) = load_traces(out / "traces" / mla.definition.op_type / f"{mla.definition.name}.jsonl")
     assert ours.evaluation is None and ours.check.status == "PASSED" and ours.check.performance is None
+
+
+def test_a_name_that_is_a_path_is_refused_and_nothing_is_written_outside_the_folder(tmp_path, capsys):
+    """A Solution's name is any string, from JSON anyone writes: one that is a path (`../`) would put its file outside
+    the dataset folder, over what is there. Refused in one line before anything is written; so is a folder whose
+    solutions/ is a link that leads out of it."""
+    mla = load_task("mla_decode")
+    victim = tmp_path / "victim.json"
+    victim.write_text("not yours")
+    name = "../../../../victim"  # solutions/<op_type>/<definition>/<name>.json: tmp_path/victim.json
+    evil = tmp_path / "evil.json"
+    evil.write_text(json.dumps(solution_of_path(CANDIDATE, mla.definition.name, name=name).to_json()))
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1], name)
+    out = tmp_path / "dataset"
+    capsys.readouterr()
+    assert export_main([str(out), "--traces", str(traces), "--solution", str(evil)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot name a file" in err and "path separator" in err, err
+    assert victim.read_text() == "not yours" and not out.exists()
+    # a link in the folder that leads out of it
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "solutions").symlink_to(elsewhere)
+    honest = _bench_traces(tmp_path / "h.jsonl", "mla_decode", mla.scaled_workloads("small")[:1],
+                           solution_name_of_file("mla_decode", CANDIDATE))
+    assert export_main([str(out), "--traces", str(honest), "--solution", str(CANDIDATE)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "leads out of" in err, err
+    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in out.iterdir()) == ["solutions"]
+
+
+def test_the_folders_definitions_are_read_as_flashinfer_bench_reads_them(tmp_path, capsys):
+    """flashinfer-bench reads definitions/ at any depth and refuses a name defined twice: the same definition saved
+    under another path is not written again (the folder still loads), and another definition of the name is
+    refused before anything is written (its traces would be read against a definition they were not judged by)."""
+    mla = load_task("mla_decode")
+    staged = tmp_path / "staged"
+    assert export_main([str(staged), "--task", "mla_decode", "--scale", "small"]) == 0
+    definition = fib_data.TraceSet.from_path(str(staged)).definitions[mla.definition.name]
+    root = tmp_path / "fib"
+    fib_data.save_json_file(definition, root / "definitions" / "mine" / "mla.json")  # not evoteam's path
+    assert export_main([str(root), "--task", "mla_decode", "--scale", "small"]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(root))
+    assert list(trace_set.definitions) == [mla.definition.name] and len(trace_set.workloads[mla.definition.name]) == 4
+    assert not (root / "definitions" / mla.definition.op_type).exists()
+    # another definition of the name: its reference doubles the output
+    other = root.parent / "other"
+    changed = definition.model_copy(update={"reference": definition.reference + "\n# another definition\n"})
+    fib_data.save_json_file(changed, other / "definitions" / "theirs.json")
+    before = _files(other)
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1],
+                           solution_name_of_file("mla_decode", CANDIDATE))
+    capsys.readouterr()
+    assert export_main([str(other), "--traces", str(traces), "--solution", str(CANDIDATE)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another definition named" in err and "theirs.json" in err, err
+    assert _files(other) == before
