@@ -19,7 +19,8 @@ Names and identities:
   solutions  named as bench names them in its traces: a kernel file by its task and content
              (trace_writer.solution_name), a solution JSON by its own name. `--solution PATH` is the source of the
              traces that name it so; `--solution NAME=PATH` of the traces that name NAME (older bench traces name a
-             file by its stem), exported under its content name. A name is one solution in the whole dataset: two
+             file by its stem), exported under its content name. A NAME that is a content name is the hash of its
+             source: given for a file of another content, it is refused. A name is one solution in the whole dataset: two
              different solutions of one name, or one that differs from the file of its name already in the folder,
              are refused before anything is written.
   workloads  a workload that carries a published uuid while its data are evoteam's own (a task's
@@ -50,7 +51,7 @@ from evoteam.errors import UserError, exit_code_of
 from evoteam.harness.candidate import CandidateError, solution_of_path
 from evoteam.schema import Definition, InputSpec, SchemaError, Solution, Trace, Workload, load_traces, read_jsonl
 from evoteam.task import SCALES, Task, available_tasks, load_task
-from evoteam.trace_writer import non_finite_errors, solution_name_of_file
+from evoteam.trace_writer import is_content_name, non_finite_errors, solution_name_of_file
 
 # The namespace of the uuids an export gives workloads whose data evoteam made anew for a published uuid
 REGENERATED = uuid.uuid5(uuid.NAMESPACE_URL, "evoteam/export/regenerated-workload-data")
@@ -415,6 +416,12 @@ class GivenSolutions:
                             f"each task's traces on its own, each with the {name}=PATH of its own kernel")
         found = found or [(p, w) for n, p, w in self.entries if n is None and self._name(task, p) == name]
         solutions = [(self._solution(task, path, where), where) for path, where in found]
+        for solution, where in solutions:
+            if solution.name != name and is_content_name(name):
+                # a content name is its source's hash: a file of another content is not what the traces measured
+                raise UserError(f"{where}: the traces name {name!r}, the content name of another source than this file "
+                                f"(its own is {solution.name!r}: edited since it was measured?); give the file the "
+                                f"traces were measured with, unchanged")
         different = [w for s, w in solutions[1:] if _identity(s.to_json()) != _identity(solutions[0][0].to_json())]
         if different:
             raise UserError(f"{solutions[0][1]} and {different[0]} are different sources for the traces naming "
@@ -452,9 +459,12 @@ def export(args: argparse.Namespace) -> dict[str, int]:
             else:
                 found = given.find(task, trace.solution)
             if found is None:
+                # NAME=PATH is for names that do not say which content they are (older traces name a file by its
+                # stem); a content name is matched by content alone, so only the unchanged file is its source
+                how = ("" if trace.solution is None or is_content_name(trace.solution)
+                       else f" or --solution {trace.solution}=PATH")
                 raise UserError(f"{origin}: the traces name solution {trace.solution!r} but no source was given for "
-                                f"it; add --solution PATH (the file it was measured with, unchanged) or "
-                                f"--solution {trace.solution}=PATH")
+                                f"it; add --solution PATH (the file it was measured with, unchanged){how}")
             solution, where = found
             out.add_definition(task)
             out.add_solution(task, solution, where)

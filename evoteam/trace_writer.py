@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,6 +39,15 @@ def solution_name(task: str, source: str) -> str:
     """A kernel's solution name: unique across tasks, the same for the same source in any run."""
     task = task.rsplit("::", 1)[-1]  # a dataset's task (<folder>::<definition>) by its definition: no folder path
     return f"{task}_evoteam_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+
+
+_CONTENT_NAME = re.compile(r".+_evoteam_[0-9a-f]{12}")
+
+
+def is_content_name(name: str) -> bool:
+    """Whether a name is of the form `solution_name` gives (its source's hash in it): a file can be checked to be the
+    source of such a name; a stem (older traces) or a solution JSON's own name says nothing of the content."""
+    return bool(_CONTENT_NAME.fullmatch(name))
 
 
 def solution_name_of_file(task: str, path: Path) -> str:

@@ -112,7 +112,8 @@ def test_a_bench_output_exports_with_its_solution_and_loads(tmp_path):
     # bench names the kernel by its task and content, unique across tasks
     named = solution_name("mla_decode", CANDIDATE.read_text())
     assert {t.solution for t in load_traces(traces)} == {named}
-    assert f"--solution {named}=PATH" in missing.stderr and not out.exists()  # nothing half-written
+    assert "--solution PATH" in missing.stderr and "=PATH" not in missing.stderr  # a content name: by content alone
+    assert not out.exists()  # nothing half-written
     assert export_main([str(out), "--traces", str(traces), "--solution", str(CANDIDATE)]) == 0
     trace_set = fib_data.TraceSet.from_path(str(out))
     name = mla.definition.name
@@ -523,3 +524,30 @@ def test_the_folders_definitions_are_read_as_flashinfer_bench_reads_them(tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "another definition named" in err and "theirs.json" in err, err
     assert _files(other) == before
+
+
+def test_a_content_name_is_credited_only_to_the_file_of_that_content(tmp_path, capsys):
+    """bench names a kernel file by its content's hash: traces of that name are the measurements of that content. Given
+    another file for the name (a kernel that writes zeros, or the kernel edited since), `--solution NAME=PATH` is
+    refused in one line, and the refusal for a missing source never suggests that form for a content name."""
+    mla = load_task("mla_decode")
+    named = solution_name_of_file("mla_decode", CANDIDATE)
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:2], named)
+    zeros = tmp_path / "mla_torch.py"
+    zeros.write_text(MLA_ZEROS)
+    out = tmp_path / "dataset"
+    capsys.readouterr()
+    assert export_main([str(out), "--traces", str(traces), "--solution", f"{named}={zeros}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "unchanged" in err and not out.exists(), err
+    # the file edited since, given as PATH: not the source of the name, and the refusal says what is
+    edited = tmp_path / "edited" / CANDIDATE.name
+    edited.parent.mkdir()
+    edited.write_text(CANDIDATE.read_text() + "\n# edited\n")
+    assert export_main([str(out), "--traces", str(traces), "--solution", str(edited)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--solution PATH" in err and f"{named}=PATH" not in err and not out.exists(), err
+    # the file itself, either way
+    assert export_main([str(out), "--traces", str(traces), "--solution", f"{named}={CANDIDATE}"]) == 0
+    (solution,) = fib_data.TraceSet.from_path(str(out)).solutions[mla.definition.name]
+    assert solution.name == named and solution.sources[0].content == CANDIDATE.read_text()
