@@ -18,7 +18,10 @@ families' own tests). The rules, for untrusted kernels that take any shortcut le
 Checks, in order, the first failure ends the check (`CheckFailure.check`, a `Status` value):
   exception        the kernel raised (type, message and a short traceback tail)
   output_replaced  (in-process only) an output tensor object was re-pointed/resized/re-typed; in the
-                   judge, a value-returning solution returned the wrong count, shape or dtype
+                   judge, a value-returning solution returned an output of the wrong shape
+  output_dtype     (judge) a value-returning solution returned an output of the wrong dtype; what it
+                   returned in a form flashinfer-bench does not take (a dict, a wrong count) is an
+                   exception, as there (runner.deliver)
   input_modified   an input differs, bit for bit, from the judge's copy
   unwritten        an output element still holds the poison pattern
   nan_inf          a NaN where the reference is not NaN, or an Inf where the reference is not
@@ -575,4 +578,5 @@ def check_kernel(task: Task, workload: Workload, kernel: Callable[..., Any], *, 
 
 
 _CHECK_ORDER = {name: i for i, name in enumerate(
-    ["exception", "output_replaced", "input_modified", "unwritten", "nan_inf", "mismatch", "rel_norm"])}
+    ["exception", "output_replaced", "output_dtype", "input_modified", "unwritten", "nan_inf", "mismatch",
+     "rel_norm"])}

@@ -21,9 +21,11 @@ class Status(str, Enum):
     REJECTED = "rejected"  # the static scan refused the source before anything ran
     COMPILE_ERROR = "compile_error"  # the candidate does not load (syntax, import, no entry point)
     EXCEPTION = "exception"  # the candidate raised
-    # an output tensor object was re-pointed or resized; a value-returning solution returned the wrong count,
-    # shape or dtype of outputs
+    # an output tensor object was re-pointed or resized; a value-returning solution returned an output of the wrong
+    # shape (flashinfer-bench's INCORRECT_SHAPE; what it returned in a form flashinfer-bench does not take, a dict or
+    # a wrong count, is an exception, its RUNTIME_ERROR)
     OUTPUT_REPLACED = "output_replaced"
+    OUTPUT_DTYPE = "output_dtype"  # a value-returning solution returned an output of the wrong dtype (INCORRECT_DTYPE)
     INPUT_MODIFIED = "input_modified"  # an input differs, bit for bit, from what was given
     UNWRITTEN = "unwritten"  # an output element still holds the poison pattern
     NAN_INF = "nan_inf"  # NaN or Inf where the reference has a finite value
@@ -45,7 +47,7 @@ class Status(str, Enum):
 
 
 # Checker verdicts in the order they are decided (the first failing one is reported).
-CHECK_ORDER = (Status.EXCEPTION, Status.OUTPUT_REPLACED, Status.INPUT_MODIFIED, Status.UNWRITTEN, Status.NAN_INF,
+CHECK_ORDER = (Status.EXCEPTION, Status.OUTPUT_REPLACED, Status.OUTPUT_DTYPE, Status.INPUT_MODIFIED, Status.UNWRITTEN, Status.NAN_INF,
                Status.MISMATCH, Status.REL_NORM)
 
 
