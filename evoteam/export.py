@@ -49,9 +49,21 @@ from typing import Any
 from evoteam.blobs import write_safetensors
 from evoteam.errors import UserError, exit_code_of
 from evoteam.harness.candidate import CandidateError, solution_of_path
-from evoteam.schema import Definition, InputSpec, SchemaError, Solution, Trace, Workload, load_traces, read_jsonl
+from evoteam.schema import (
+    Correctness,
+    Definition,
+    Evaluation,
+    InputSpec,
+    SchemaError,
+    Solution,
+    Trace,
+    Workload,
+    load_traces,
+    read_jsonl,
+)
 from evoteam.task import SCALES, Task, available_tasks, load_task
-from evoteam.trace_writer import is_content_name, non_finite_errors, solution_name_of_file
+from evoteam.tolerance import RULE_FIB
+from evoteam.trace_writer import FIB_VERDICT, is_content_name, non_finite_errors, solution_name_of_file
 
 # The namespace of the uuids an export gives workloads whose data evoteam made anew for a published uuid
 REGENERATED = uuid.uuid5(uuid.NAMESPACE_URL, "evoteam/export/regenerated-workload-data")
@@ -88,6 +100,30 @@ def blob_tensors(task: Task, workload: Workload, names: list[str]) -> dict[str, 
     if missing:
         raise RuntimeError(f"task {task.name}: blob_tensors gave no {missing} for workload {workload.uuid}")
     return {n: tensors[n] for n in names}
+
+
+def fib_evaluation(evaluation: Evaluation, where: str) -> Evaluation:
+    """The evaluation as exported: flashinfer-bench's verdict where evoteam's rule passed what its rule does not (the
+    trace's record of both, trace_writer.FIB_VERDICT), so that an export says PASSED only where flashinfer-bench's own
+    rule does. A PASSED by evoteam's rule with no record of flashinfer-bench's verdict (an older evoteam's trace) is
+    refused: nothing in it says whether flashinfer-bench would pass it."""
+    if evaluation.status != "PASSED":
+        return evaluation
+    extra = (evaluation.correctness.extra if evaluation.correctness is not None else None) or {}
+    if extra.get("rule") == RULE_FIB:  # judged by flashinfer-bench's rule: its verdict already
+        return evaluation
+    verdict = extra.get(FIB_VERDICT)
+    if not isinstance(verdict, dict) or verdict.get("status") not in ("PASSED", "INCORRECT_NUMERICAL"):
+        raise UserError(f"{where}: PASSED by evoteam's rule, with no record of flashinfer-bench's verdict (a trace of "
+                        f"an older evoteam); bench the kernel again with this version, whose traces record both")
+    if verdict["status"] == "PASSED":
+        return evaluation
+    correctness = Correctness(max_relative_error=float(verdict["max_relative_error"]),
+                              max_absolute_error=float(verdict["max_absolute_error"]), extra=extra)
+    log = (f"{evaluation.log} | exported with flashinfer-bench's verdict, {verdict['status']}: its rule (atol = rtol = "
+           f"{verdict.get('rtol', 1e-2):g}, every element, no NaN or Inf) fails {verdict.get('elements_failed', '?')} "
+           f"elements that evoteam's rule passed")
+    return replace(evaluation, status=verdict["status"], correctness=correctness, performance=None, log=log)
 
 
 def _core(workload: dict) -> dict:
@@ -294,12 +330,13 @@ class Dataset:
                     continue  # not a solution: flashinfer-bench's loader says so
         return self._solutions
 
-    def add_trace(self, task: Task, trace: Trace) -> None:
+    def add_trace(self, task: Task, trace: Trace, origin: str) -> None:
         workload = self.add_workload(task, self._own_workload(task, trace.workload))
         evaluation = trace.evaluation
         if evaluation is not None:  # its log begins with evoteam's status
             evaluation = replace(evaluation, correctness=non_finite_errors(evaluation.log.partition(":")[0],
                                                                            evaluation.correctness))
+            evaluation = fib_evaluation(evaluation, f"{origin}: workload {trace.workload.uuid}")
         line = replace(trace, workload=Workload.from_json(workload), evaluation=evaluation).to_json()
         key = json.dumps(line, sort_keys=True)
         line["workload"] = workload  # with its pointer to a published workload, as in the workloads file
@@ -468,7 +505,7 @@ def export(args: argparse.Namespace) -> dict[str, int]:
             solution, where = found
             out.add_definition(task)
             out.add_solution(task, solution, where)
-            out.add_trace(task, replace(trace, solution=solution.name))
+            out.add_trace(task, replace(trace, solution=solution.name), origin)
     out.write()  # only once everything is known to fit
     return out.counts
 

@@ -63,10 +63,15 @@ def _bench_traces(path, task_name, workloads, name, result=None):
     task = load_task(task_name)
     result = result or {"status": Status.PASSED, "detail": "PASSED (3 trials, max rel-norm 1.0e-03)",
                         "baseline": "reference", "timing_mode": "cputime", "baseline_ms": 2.0, "candidate_ms": 1.0,
-                        "correctness": {"max_relative_error": 1e-3, "max_absolute_error": 1e-4}}
+                        "correctness": {"max_relative_error": 1e-3, "max_absolute_error": 1e-4}, "fib": FIB_PASSED}
     append_traces(path, [to_trace(task.definition.name, w, name, WorkloadResult(uuid=w.uuid, **result), "cpu")
                          for w in workloads])
     return path
+
+
+# flashinfer-bench's verdict as the checker records it beside evoteam's (check.fib_verdict): a pass
+FIB_PASSED = {"status": "PASSED", "elements_failed": 0, "max_absolute_error": 1e-4, "max_relative_error": 1e-3,
+              "atol": 1e-2, "rtol": 1e-2}
 
 
 def _files(root):
@@ -456,7 +461,7 @@ def test_check_only_traces_carry_no_performance_and_load(tmp_path):
     mla = load_task("mla_decode")
     name = solution_name_of_file("mla_decode", CANDIDATE)
     checked = {"status": Status.PASSED, "detail": "PASSED (3 trials, max rel-norm 0.0e+00)",
-               "correctness": {"max_relative_error": 0.0, "max_absolute_error": 0.0}}
+               "correctness": {"max_relative_error": 0.0, "max_absolute_error": 0.0}, "fib": FIB_PASSED}
     traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1], name, checked)
     (line,) = [json.loads(text) for text in traces.read_text().splitlines()]
     assert line["evaluation"] is None and line["check"]["status"] == "PASSED" and line["check"]["performance"] is None
@@ -551,3 +556,57 @@ def test_a_content_name_is_credited_only_to_the_file_of_that_content(tmp_path, c
     assert export_main([str(out), "--traces", str(traces), "--solution", f"{named}={CANDIDATE}"]) == 0
     (solution,) = fib_data.TraceSet.from_path(str(out)).solutions[mla.definition.name]
     assert solution.name == named and solution.sources[0].content == CANDIDATE.read_text()
+
+
+# KDA: the reference's own math, then one element of final_state moved 0.02 (the one nearest zero): within evoteam's
+# atol 3e-2 for final_state (fla's own kernel needs it), past flashinfer-bench's atol = rtol = 1e-2
+KDA_OFF_BY_002 = """
+
+def planted(o, final_state, **inputs):
+    out, state = run(**inputs)
+    o.copy_(out)
+    final_state.copy_(state)
+    flat = final_state.view(-1)
+    flat[int(flat.abs().argmin())] += 0.02
+"""
+
+
+def test_a_pass_flashinfer_bench_would_not_give_is_exported_as_its_verdict(tmp_path, capsys):
+    """bench judges by evoteam's rule and records flashinfer-bench's verdict on the same outputs beside it; the export
+    gives flashinfer-bench's verdict (INCORRECT_NUMERICAL, no time) where the two differ, and refuses a PASSED trace
+    that records no verdict of flashinfer-bench's; `bench --fib-rule` judges by its rule outright."""
+    kda = load_task("kda_prefill")
+    kernel = tmp_path / "kda_off.py"
+    kernel.write_text(kda.definition.reference + KDA_OFF_BY_002)
+    workload = kda.scaled_workloads("small")[0]
+    traces = {}
+    for rule, flags in (("evoteam", []), ("flashinfer-bench", ["--fib-rule"])):
+        traces[rule] = tmp_path / f"{rule}.jsonl"
+        bench = subprocess.run([sys.executable, "-m", "evoteam.bench", str(kernel), "--entry", "planted", "--task",
+                                "kda_prefill", "--hardware", "cpu", "--scale", "small", "--workloads",
+                                workload.uuid[:8], "--warmup", "0", "--reps", "2", "--traces", str(traces[rule]),
+                                *flags], capture_output=True, text=True, timeout=600)
+        assert bench.returncode == (0 if rule == "evoteam" else 1), bench.stdout[-2000:] + bench.stderr[-2000:]
+    (own,), (fib,) = load_traces(traces["evoteam"]), load_traces(traces["flashinfer-bench"])
+    assert own.evaluation.status == "PASSED" and fib.evaluation.status == "INCORRECT_NUMERICAL", fib.evaluation.log
+    verdict = own.evaluation.correctness.extra["flashinfer-bench"]
+    assert verdict["status"] == "INCORRECT_NUMERICAL" and verdict["elements_failed"] >= 1, verdict
+    assert 0.019 < verdict["max_absolute_error"] < 0.021 and "flashinfer-bench's rule: INCORRECT_NUMERICAL" in \
+        own.evaluation.log
+    assert fib.evaluation.correctness.extra["flashinfer-bench"]["status"] == "INCORRECT_NUMERICAL"
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(traces["evoteam"]), "--solution", str(kernel)]) == 0
+    (exported,) = fib_data.TraceSet.from_path(str(out)).traces[kda.definition.name]
+    assert exported.evaluation.status.value == "INCORRECT_NUMERICAL" and exported.evaluation.performance is None
+    assert 0.019 < exported.evaluation.correctness.max_absolute_error < 0.021
+    assert "exported with flashinfer-bench's verdict" in exported.evaluation.log
+    # a PASSED trace of an older evoteam: no record of flashinfer-bench's verdict
+    older = tmp_path / "older.jsonl"
+    line = json.loads(traces["evoteam"].read_text())
+    del line["evaluation"]["correctness"]["extra"]["flashinfer-bench"]
+    older.write_text(json.dumps(line) + "\n")
+    capsys.readouterr()
+    assert export_main([str(tmp_path / "other"), "--traces", str(older), "--solution", str(kernel)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no record of flashinfer-bench's verdict" in err, err
+    assert not (tmp_path / "other").exists()

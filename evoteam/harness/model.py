@@ -114,7 +114,8 @@ class EvalRequest:
     reps: int = 30
     check_only: bool = False
     # judge every output by flashinfer-bench's rule exactly (atol = rtol = 1e-2, no relative-norm bound, any NaN or
-    # Inf fails: check.py), so the verdict is flashinfer-bench's; else evoteam's (tolerance.py, the task's overrides)
+    # Inf fails: check.py), so the verdict is flashinfer-bench's; else evoteam's (tolerance.py, the task's overrides).
+    # Either way flashinfer-bench's verdict on the compared outputs is recorded too (WorkloadResult.fib)
     fib_rule: bool = False
     use_baseline_cache: bool = False  # take the baseline's time from the cache where it has one
     static_scan: bool = True  # the first, fast filter; no guarantee depends on it
@@ -146,6 +147,10 @@ class WorkloadResult:
     # the pass rule the outputs were judged by, as traces record it (check.rule_record): {"rule": "evoteam",
     # "tolerances": {output: {atol, rtol, max_rel_norm}}} or {"rule": "flashinfer-bench", "atol", "rtol"}
     rule: dict = field(default_factory=dict)
+    # flashinfer-bench's verdict on every output element the judge compared (check.fib_verdict), whichever rule judged
+    # them: {"status": "PASSED" | "INCORRECT_NUMERICAL", "elements_failed", "max_absolute_error",
+    # "max_relative_error", "atol", "rtol"}; empty where no output was compared
+    fib: dict = field(default_factory=dict)
     calls_checked: int = 0  # calls whose every output element was compared with the reference
     calls_timed: int = 0
     device: str = ""  # the device it ran on, named as flashinfer-bench names it ("NVIDIA H200", a CPU's model)
