@@ -21,7 +21,7 @@ import torch
 
 from evoteam.blobs import read_safetensors
 from evoteam.errors import UserError
-from evoteam.schema import Definition, Trace, Workload, read_jsonl
+from evoteam.schema import Definition, SchemaError, Trace, Workload, read_jsonl
 from evoteam.tolerance import DTYPE_TOLERANCES, Tolerance
 
 SEPARATOR = "::"
@@ -42,8 +42,11 @@ def definitions(root: str | Path) -> dict[str, dict]:
     """Definition name -> its JSON, for every definition of the folder."""
     out = {}
     for path in sorted((Path(root) / "definitions").rglob("*.json")):
-        obj = json.loads(path.read_text())
-        out[obj["name"]] = obj
+        try:
+            obj = json.loads(path.read_text())
+            out[obj["name"]] = obj
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}: not a FlashInfer-Trace definition ({exc}); fix or remove it") from None
     return out
 
 
@@ -56,6 +59,18 @@ def solutions(root: str | Path, definition: str) -> list[Path]:
 @cache
 def load_parts(name: str) -> dict:
     """What `evoteam.task.load_task` builds the task from: folder, definition, workloads, hooks, reference."""
+    parts = data_parts(name)
+    definition = parts["definition"]
+    reference = types.ModuleType(f"{parts['module'].__name__.removesuffix('_task')}_reference")
+    sys.modules[reference.__name__] = reference
+    exec(compile(definition.reference, f"<{definition.name} reference>", "exec"), reference.__dict__)  # noqa: S102
+    return {**parts, "reference_module": reference}
+
+
+@cache
+def data_parts(name: str) -> dict:
+    """The task's data without its reference code run (an export copies a dataset; it runs none of its code):
+    folder, definition, workloads and the hooks that read its blobs; `reference_module` None."""
     root_text, _, definition_name = name.rpartition(SEPARATOR)
     root = Path(root_text)
     if not (root / "definitions").is_dir():
@@ -65,19 +80,20 @@ def load_parts(name: str) -> dict:
     if definition_name not in found:
         raise UserError(f"task {name!r}: the dataset defines no {definition_name!r}; it defines: "
                         f"{', '.join(found) or 'nothing'}")
-    definition = Definition.from_json(found[definition_name])
+    try:
+        definition = Definition.from_json(found[definition_name])
+    except SchemaError as exc:
+        raise UserError(f"task {name!r}: {exc}; fix the definition") from None
     workloads = []
     for path in sorted((root / "workloads").rglob("*.jsonl")):
-        for obj in read_jsonl(path):
-            trace = Trace.from_json(obj)
-            if trace.definition == definition_name:
-                workloads.append(trace.workload)
+        try:
+            traces = [Trace.from_json(obj) for obj in read_jsonl(path)]
+        except (SchemaError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}: not FlashInfer-Trace workload lines ({exc}); fix or remove it") from None
+        workloads += [trace.workload for trace in traces if trace.definition == definition_name]
     tag = f"evoteam_dataset_{abs(hash(name))}"
-    reference = types.ModuleType(f"{tag}_reference")
-    sys.modules[reference.__name__] = reference
-    exec(compile(definition.reference, f"<{definition_name} reference>", "exec"), reference.__dict__)  # noqa: S102
     return {"folder": root, "definition": definition, "workloads": workloads, "module": _hooks(root, definition, tag),
-            "reference_module": reference}
+            "reference_module": None}
 
 
 def _hooks(root: Path, definition: Definition, tag: str) -> types.ModuleType:

@@ -3,6 +3,8 @@
     python -m evoteam.export OUT --task mla_decode [--scale small]       definitions and workloads
     python -m evoteam.export OUT --run runs/<date>/<time>                a main job's final traces
     python -m evoteam.export OUT --traces t.jsonl --solution kernel.py   a bench output (--traces of bench)
+    python -m evoteam.export OUT --traces t.jsonl --solution s.json --dataset DIR
+                                                                         run_dataset DIR's traces (its workloads)
 
 The folder is laid out as flashinfer-bench's `TraceSet.from_path` expects:
     definitions/<op_type>/<definition>.json          the reference code inline
@@ -26,7 +28,8 @@ Names and identities:
   workloads  a workload that carries a published uuid while its data are evoteam's own (a task's
              `regenerated_from`: MLA's index tensors) is exported under a uuid of its own (uuid5 of the published
              one), with the published uuid in "origin" (not a FlashInfer-Trace field; flashinfer-bench ignores it).
-             Traces carry their workload; it is rewritten the same way in both files.
+             Traces carry their workload; it is rewritten the same way in both files. Traces of a dataset's
+             workloads (run_dataset) take definition and workload from --dataset DIR (class Sources), blobs copied.
   checks     a check-only trace (bench --check-only) has evaluation null and its verdict in "check", as
              trace_writer.to_trace writes it: flashinfer-bench requires performance of a PASSED evaluation.
 Exporting into a folder that holds a dataset adds to it (a line already there is not written twice) and changes
@@ -46,7 +49,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from evoteam.blobs import write_safetensors
+import torch
+
+from evoteam import dataset
+from evoteam.blobs import read_safetensors, write_safetensors
 from evoteam.errors import UserError, exit_code_of
 from evoteam.harness.candidate import CandidateError, solution_of_path
 from evoteam.schema import (
@@ -63,7 +69,13 @@ from evoteam.schema import (
 )
 from evoteam.task import SCALES, Task, available_tasks, load_task
 from evoteam.tolerance import RULE_FIB
-from evoteam.trace_writer import FIB_VERDICT, is_content_name, non_finite_errors, solution_name_of_file
+from evoteam.trace_writer import (
+    FIB_VERDICT,
+    is_content_name,
+    non_finite_errors,
+    solution_name,
+    solution_name_of_file,
+)
 
 # The namespace of the uuids an export gives workloads whose data evoteam made anew for a published uuid
 REGENERATED = uuid.uuid5(uuid.NAMESPACE_URL, "evoteam/export/regenerated-workload-data")
@@ -210,7 +222,6 @@ class Dataset:
         self._new_solutions: dict[Path, Solution] = {}
         self._traces: dict[Path, set[str]] = {}  # traces file -> its lines, there or added
         self._new_traces: list[tuple[Path, dict]] = []
-        self._own: dict[str, dict[str, Workload]] = {}  # task -> its workloads at every scale, by uuid
 
     def _path(self, *parts: str) -> Path:
         return _inside(self.root, *parts)
@@ -290,10 +301,37 @@ class Dataset:
             path = self._path("workloads", op_type, f"{name}.jsonl")
             known[(name, own)] = (exported, str(path))
             self._new_workloads.append((task, workload, path, self._path(*blob.parts), names, exported))
-        elif _core(there[0]) != _core(exported):
+            return exported
+        if _core(there[0]) != _core(exported) and not self._same_data(task, workload, names, there):
             raise UserError(f"{there[1]}: workload {own} there has other axes or inputs than this export gives it (an "
                             f"export of another evoteam version?); export into a new folder")
-        return exported
+        return there[0]  # as the folder has it (its blobs where they are): the traces carry it so
+
+    def _same_data(self, task: Task, workload: Workload, names: list[str], there: tuple[dict, str]) -> bool:
+        """Whether the folder's workload of that uuid is this one with its blobs elsewhere (a dataset written by
+        flashinfer-bench, or the one the traces were run on): the same axes and inputs, and every blob tensor the same
+        bit for bit."""
+        theirs = Workload.from_json(there[0])
+        if theirs.axes != workload.axes or set(theirs.inputs) != set(workload.inputs):
+            return False
+        for n, spec in theirs.inputs.items():
+            mine = workload.inputs[n]
+            if (spec.type == "safetensors") != (n in names) or (spec.type == "scalar" and spec != mine):
+                return False
+        if not names:
+            return True
+        want = blob_tensors(task, workload, names)
+        for n in names:
+            spec = theirs.inputs[n]
+            path = Path(spec.path) if Path(spec.path).is_absolute() else self.root / spec.path
+            try:
+                have = read_safetensors(path)[spec.tensor_key]
+            except (OSError, KeyError, ValueError):
+                return False
+            if have.dtype != want[n].dtype or have.shape != want[n].shape or not torch.equal(
+                    have.contiguous().view(torch.uint8), want[n].contiguous().view(torch.uint8)):
+                return False
+        return True
 
     def add_solution(self, task: Task, solution: Solution, where: str) -> None:
         """A solution the traces name, refused where its name is another solution's in the folder or in this export."""
@@ -330,8 +368,9 @@ class Dataset:
                     continue  # not a solution: flashinfer-bench's loader says so
         return self._solutions
 
-    def add_trace(self, task: Task, trace: Trace, origin: str) -> None:
-        workload = self.add_workload(task, self._own_workload(task, trace.workload))
+    def add_trace(self, task: Task, trace: Trace, origin: str, held: Workload | None = None) -> None:
+        """A trace, its workload `held` (a dataset's, as the traces were run on it) or else the task's own."""
+        workload = self.add_workload(task, held or self._own_workload(task, trace.workload))
         evaluation = trace.evaluation
         if evaluation is not None:  # its log begins with evoteam's status
             evaluation = replace(evaluation, correctness=non_finite_errors(evaluation.log.partition(":")[0],
@@ -351,16 +390,16 @@ class Dataset:
             self._new_traces.append((path, line))
 
     def _own_workload(self, task: Task, workload: Workload) -> Workload:
-        """The task's workload of that uuid at any scale (the one whose index tensors the task makes)."""
-        own = self._own.get(task.name)
-        if own is None:
-            own = self._own[task.name] = {w.uuid: w for scale in SCALES for w in task.scaled_workloads(scale)}
+        """The task's workload of that uuid at any scale (the one whose index tensors the task makes), by its own uuid
+        or by the uuid an export gives it (`exported_uuid`: the traces of a dataset evoteam exported name that one)."""
+        own = own_workloads(task)
         if workload.uuid not in own:
-            raise UserError(f"workload {workload.uuid} is not a workload of task {task.name} at any scale "
-                            f"({', '.join(SCALES)}); traces of another version of the task cannot be exported")
+            raise UserError(f"workload {workload.uuid} of the traces is none of task {task.name}'s (at any scale, "
+                            f"under its own uuid or an export's); give --dataset DIR, the dataset folder the traces "
+                            f"were run on (python -m evoteam.run_dataset DIR), whose workloads they are")
         if own[workload.uuid].axes != workload.axes:
             raise UserError(f"workload {workload.uuid}: the traces give axes {workload.axes}, the task {task.name} "
-                            f"{own[workload.uuid].axes}; traces of another version of the task cannot be exported")
+                            f"{own[workload.uuid].axes}; give --dataset DIR, the dataset folder the traces were run on")
         return own[workload.uuid]
 
     # ---------------------------------------------------------------- writing
@@ -399,7 +438,72 @@ def task_of_definition(name: str) -> Task:
         task = load_task(task_name)
         if task.definition.name == name:
             return task
-    raise UserError(f"no task of this installation defines {name!r}; tasks: {', '.join(available_tasks())}")
+    raise UserError(f"no task of this installation defines {name!r} (tasks: {', '.join(available_tasks())}); give "
+                    f"--dataset DIR, the dataset folder the traces were run on")
+
+
+_OWN: dict[str, dict[str, Workload]] = {}
+
+
+def own_workloads(task: Task) -> dict[str, Workload]:
+    """A task's workloads at every scale, by their own uuids and by the uuids an export gives them."""
+    if task.name not in _OWN:
+        _OWN[task.name] = own = {}
+        for scale in SCALES:
+            for w in task.scaled_workloads(scale):
+                own[w.uuid] = own[exported_uuid(task, w)] = w
+    return _OWN[task.name]
+
+
+class Sources:
+    """Where a trace's definition and workload come from: the first --dataset folder that defines its definition and
+    holds its workload, as the traces were run on it (run_dataset); else evoteam's task of that definition where the
+    workload is one of the task's; else the export's own folder where it holds them; else evoteam's task (which
+    refuses a workload not its own). A dataset's definition and workloads are read, never its code run; its blobs
+    must lie inside it."""
+
+    def __init__(self, datasets: list[Path], out: Path):
+        self.folders, self.out = [*datasets, out], out
+        self._held: dict[tuple[Path, str], dict[str, Workload] | None] = {}
+
+    def find(self, trace: Trace, origin: str) -> tuple[Task, Workload | None]:
+        own = None
+        try:
+            own = task_of_definition(trace.definition)
+        except UserError:
+            pass
+        for root in self.folders:
+            if root == self.out and own is not None and trace.workload.uuid in own_workloads(own):
+                return own, None  # evoteam's own workload: made by its task, named as its bench names kernels
+            held = self._workloads(root, trace.definition).get(trace.workload.uuid)
+            if held is None:
+                continue
+            where = f"{origin}: workload {held.uuid} ({root})"
+            if held.axes != trace.workload.axes or set(held.inputs) != set(trace.workload.inputs):
+                raise UserError(f"{where}: the traces give it other axes or inputs than the folder; give the folder "
+                                f"the traces were run on")
+            for name, spec in held.inputs.items():
+                if spec.type == "safetensors":
+                    _inside_dataset(root, spec.path, f"{where} input {name}")
+            return load_task(dataset.task_name(root, trace.definition), data_only=True), held
+        return own or task_of_definition(trace.definition), None
+
+    def _workloads(self, root: Path, definition: str) -> dict[str, Workload]:
+        key = (root, definition)
+        if key not in self._held:
+            found = None
+            if (root / "definitions").is_dir() and definition in dataset.definitions(root):
+                found = {w.uuid: w for w in load_task(dataset.task_name(root, definition), data_only=True).workloads}
+            self._held[key] = found
+        return self._held[key] or {}
+
+
+def _inside_dataset(root: Path, path: str, where: str) -> None:
+    """A blob a dataset's workload points to, refused unless it lies inside the dataset (an export copies it)."""
+    if Path(path).is_absolute() or ".." in Path(path).parts or not (root / path).resolve().is_relative_to(
+            root.resolve()):
+        raise UserError(f"{where}: blob path {path!r} leads out of the dataset folder; an export copies only a "
+                        f"dataset's own blobs: give its blobs a path inside it")
 
 
 def _read_traces(path: Path) -> list[Trace]:
@@ -433,13 +537,23 @@ class GivenSolutions:
             if not Path(path if sep else text).is_file():
                 raise UserError(f"--solution {text}: no such file; give the kernel file the traces were measured with")
             self.entries.append((name if sep else None, Path(path if sep else text), f"--solution {text}"))
-        self._names: dict[tuple[str, Path], str] = {}
+        self._names: dict[tuple[str, Path], list[str]] = {}
         self._tasks: dict[str, str] = {}  # a NAME of NAME=PATH -> the task whose traces it was given for
 
-    def _name(self, task: Task, path: Path) -> str:
+    def _names_of(self, task: Task, path: Path) -> list[str]:
+        """The names traces give this file for the task's definition, the export's name first: a solution JSON its own;
+        a kernel file its content name (trace_writer.solution_name) under the task's name, and under the other names
+        bench gives that definition's task (an installed task of the definition, `bench --task mla_decode`; a dataset's,
+        `bench --task DIR::DEFINITION`, by the definition's name): the hash is the content, the prefix the task."""
         key = (task.name, path)
         if key not in self._names:
-            self._names[key] = solution_name_of_file(task.name, path)
+            if path.suffix == ".json":
+                self._names[key] = [solution_name_of_file(task.name, path)]
+            else:
+                text = path.read_text()
+                prefixes = [task.name, task.definition.name,
+                            *(t for t in available_tasks() if load_task(t).definition.name == task.definition.name)]
+                self._names[key] = list(dict.fromkeys(solution_name(prefix, text) for prefix in prefixes))
         return self._names[key]
 
     def find(self, task: Task, name: str | None) -> tuple[Solution, str] | None:
@@ -451,27 +565,28 @@ class GivenSolutions:
             # a name that is not the content's (a file's stem in older bench traces) says nothing of the task
             raise UserError(f"{found[0][1]}: traces of {self._tasks[name]} and of {task.name} name {name!r}; export "
                             f"each task's traces on its own, each with the {name}=PATH of its own kernel")
-        found = found or [(p, w) for n, p, w in self.entries if n is None and self._name(task, p) == name]
-        solutions = [(self._solution(task, path, where), where) for path, where in found]
-        for solution, where in solutions:
-            if solution.name != name and is_content_name(name):
+        found = found or [(p, w) for n, p, w in self.entries if n is None and name in self._names_of(task, p)]
+        for path, where in found:
+            if is_content_name(name) and name not in self._names_of(task, path):
                 # a content name is its source's hash: a file of another content is not what the traces measured
                 raise UserError(f"{where}: the traces name {name!r}, the content name of another source than this file "
-                                f"(its own is {solution.name!r}: edited since it was measured?); give the file the "
-                                f"traces were measured with, unchanged")
+                                f"(its own is {self._names_of(task, path)[0]!r}: edited since it was measured?); give "
+                                f"the file the traces were measured with, unchanged")
+        solutions = [(self._solution(task, path, where, name), where) for path, where in found]
         different = [w for s, w in solutions[1:] if _identity(s.to_json()) != _identity(solutions[0][0].to_json())]
         if different:
             raise UserError(f"{solutions[0][1]} and {different[0]} are different sources for the traces naming "
                             f"{name!r}; give one")
         return solutions[0] if solutions else None
 
-    def _solution(self, task: Task, path: Path, where: str) -> Solution:
+    def _solution(self, task: Task, path: Path, where: str, traced: str) -> Solution:
         try:
             solution = solution_of_path(path, task.definition.name)
         except CandidateError as exc:
             raise UserError(f"{where}: {exc}") from None
-        if path.suffix != ".json":  # a kernel file: named by its task and content, whatever the traces called it
-            solution = replace(solution, name=self._name(task, path))
+        if path.suffix != ".json":  # a kernel file: named by its content, whatever else the traces called it
+            names = self._names_of(task, path)
+            solution = replace(solution, name=traced if traced in names else names[0])
         return solution
 
 
@@ -488,9 +603,10 @@ def export(args: argparse.Namespace) -> dict[str, int]:
         out.add_definition(task)
         for workload in task.scaled_workloads(args.scale):
             out.add_workload(task, workload)
+    sources = Sources(args.dataset, args.out)
     for origin, traces, solutions in runs:
         for trace in traces:
-            task = task_of_definition(trace.definition)
+            task, held = sources.find(trace, origin)
             if solutions is not None:
                 found = (solutions[trace.solution], origin) if trace.solution in solutions else None
             else:
@@ -505,7 +621,7 @@ def export(args: argparse.Namespace) -> dict[str, int]:
             solution, where = found
             out.add_definition(task)
             out.add_solution(task, solution, where)
-            out.add_trace(task, replace(trace, solution=solution.name), origin)
+            out.add_trace(task, replace(trace, solution=solution.name), origin, held)
     out.write()  # only once everything is known to fit
     return out.counts
 
@@ -517,6 +633,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scale", default="full", choices=SCALES, help="the problem scale of --task's workloads")
     p.add_argument("--run", action="append", type=Path, default=[], help="a finished main-job run folder")
     p.add_argument("--traces", action="append", type=Path, default=[], help="a traces file (bench --traces)")
+    p.add_argument("--dataset", action="append", type=Path, default=[],
+                   help="the dataset folder the traces were run on (run_dataset DATASET): their definitions and "
+                        "workloads, blobs included, are taken from it")
     p.add_argument("--solution", action="append", default=[],
                    help="the source of solutions --traces names: PATH (the traces that name it as bench does: by task "
                         "and content, a solution JSON by its name) or NAME=PATH (the traces that name NAME)")

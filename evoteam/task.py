@@ -202,13 +202,14 @@ class Task:
 
 
 @cache
-def load_task(name: str) -> Task:
+def load_task(name: str, data_only: bool = False) -> Task:
     """The task `kernels/<name>/` of this installation, or a definition of a flashinfer-bench dataset
-    folder named `<folder>::<definition>` (evoteam.dataset)."""
+    folder named `<folder>::<definition>` (evoteam.dataset); `data_only`: a dataset's task without its
+    reference code run (reference_module None), for reading its data alone."""
     from evoteam import dataset
 
     if dataset.is_dataset_task(name):
-        return Task(name=name, **dataset.load_parts(name))
+        return Task(name=name, **(dataset.data_parts(name) if data_only else dataset.load_parts(name)))
     folder = resources.kernels_dir() / name
     if not (folder / "definition.json").is_file():
         raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}")

@@ -610,3 +610,92 @@ def test_a_pass_flashinfer_bench_would_not_give_is_exported_as_its_verdict(tmp_p
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no record of flashinfer-bench's verdict" in err, err
     assert not (tmp_path / "other").exists()
+
+
+def _solution_json(path, name, definition, kernel_source, file="main.py"):
+    spec = {"language": "python", "target_hardware": ["cpu"], "entry_point": f"{file}::run",
+            "destination_passing_style": True}
+    path.write_text(json.dumps({"name": name, "definition": definition, "author": "tests", "spec": spec,
+                                "sources": [{"path": file, "content": kernel_source}]}))
+    return path
+
+
+def test_the_round_trip_works_for_a_full_scale_export_and_a_datasets_own_workloads(tmp_path, capsys):
+    """run_dataset -> export: the traces of evoteam's own full-scale MLA export (its workloads under uuids of their
+    own) export as they are; so do the traces of a dataset flashinfer-bench wrote with workloads of its own and a
+    definition evoteam does not have, taken with their blobs from `--dataset`, the folder they were run on. Without
+    it, one line says to give it."""
+    from evoteam import dataset
+    from evoteam.blobs import write_safetensors
+    from evoteam.run_dataset import main as run_dataset
+
+    mla = load_task("mla_decode")
+    name = mla.definition.name
+    # 1. evoteam's full-scale export: its traces (as run_dataset writes them) name the export's uuids
+    full = tmp_path / "full"
+    assert export_main([str(full), "--task", "mla_decode"]) == 0
+    held = load_task(dataset.task_name(full, name)).workloads[:2]
+    assert all(w.uuid not in {u.uuid for u in mla.workloads} for w in held)
+    traces = _bench_traces(tmp_path / "full.jsonl", "mla_decode", held, "mla_torch_solution")
+    solution = _solution_json(tmp_path / "mla.json", "mla_torch_solution", name, CANDIDATE.read_text(), "mla_torch.py")
+    for out, given in ((tmp_path / "from_full", []), (tmp_path / "from_full_dataset", ["--dataset", str(full)])):
+        assert export_main([str(out), "--traces", str(traces), "--solution", str(solution), *given]) == 0
+        trace_set = fib_data.TraceSet.from_path(str(out))
+        assert sorted(t.workload.uuid for t in trace_set.traces[name]) == sorted(w.uuid for w in held)
+        assert _check_blobs(out, trace_set) == 2 * 2  # the index tensors evoteam makes, bit for bit
+    # 2. a dataset of its own: workloads flashinfer-bench wrote, a definition evoteam lacks, both run by run_dataset
+    root = tmp_path / "fib"
+    (root / "definitions").mkdir(parents=True)
+    (root / "definitions" / "scale_fp8_n.json").write_text(json.dumps(FP8_DEFINITION))
+    write_safetensors(root / "blob" / "w1.safetensors", {"offsets": torch.arange(300, dtype=torch.int32)})
+    (root / "workloads").mkdir()
+    (root / "workloads" / "scale_fp8_n.jsonl").write_text(json.dumps(
+        {"definition": "scale_fp8_n", "solution": None, "evaluation": None,
+         "workload": {"axes": {"n": 300}, "uuid": "7f0c1a52-0000-4000-8000-000000000001",
+                      "inputs": {"x": {"type": "random"}, "offsets": {"type": "safetensors", "path": "./blob/w1.safetensors",
+                                                                      "tensor_key": "offsets"}}}}) + "\n")
+    small = tmp_path / "small"
+    assert export_main([str(small), "--task", "mla_decode", "--scale", "small"]) == 0
+    source = fib_data.TraceSet.from_path(str(small))
+    theirs = fib_data.TraceSet(root=root, definitions={name: source.definitions[name]})
+    fib_data.save_json_file(source.definitions[name], root / "definitions" / "mla.json")
+    w = source.workloads[name][0].workload
+    own_uuid = "0b5e2c3a-1111-4222-8333-944455556666"  # the dataset's own workload
+    blobs = {n: spec for n, spec in w.inputs.items() if spec.type == "safetensors"}
+    path = theirs.add_workload_blob_tensor(name, own_uuid, {n: source.get_workload_blob_tensor(spec.path)[
+        spec.tensor_key] for n, spec in blobs.items()})
+    inputs = {n: fib_data.SafetensorsInput(path=path, tensor_key=n) if n in blobs else spec for n, spec in w.inputs.items()}
+    theirs.add_workload_traces([fib_data.Trace(definition=name, workload=fib_data.Workload(axes=w.axes, inputs=inputs,
+                                                                                          uuid=own_uuid))])
+    solutions = [_solution_json(tmp_path / "fp8.json", "scale_fp8_torch", "scale_fp8_n",
+                                FP8_SOLUTION["sources"][0]["content"]), solution]
+    for s in solutions:
+        (root / "solutions").mkdir(exist_ok=True)
+        (root / "solutions" / s.name).write_text(s.read_text())
+    run = tmp_path / "run.jsonl"
+    assert run_dataset([str(root), "--hardware", "cpu", "--traces", str(run), "--warmup", "0", "--reps", "2"]) == 0
+    given = [arg for s in solutions for arg in ("--solution", str(s))]
+    out = tmp_path / "export"
+    capsys.readouterr()
+    assert export_main([str(out), "--traces", str(run), *given]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dataset DIR" in err and not out.exists(), err
+    assert export_main([str(out), "--traces", str(run), *given, "--dataset", str(root)]) == 0
+    exported, written = fib_data.TraceSet.from_path(str(out)), fib_data.TraceSet.from_path(str(root))
+    assert set(exported.definitions) == {name, "scale_fp8_n"}
+    for definition in (name, "scale_fp8_n"):
+        (mine,) = exported.workloads[definition]
+        (there,) = written.workloads[definition]
+        assert mine.workload.uuid == there.workload.uuid and mine.workload.axes == there.workload.axes
+        for n, spec in there.workload.inputs.items():
+            if spec.type == "safetensors":  # in the export's own blob, bit for bit
+                want = written.get_workload_blob_tensor(spec.path)[spec.tensor_key]
+                got = exported.get_workload_blob_tensor(mine.workload.inputs[n].path)[mine.workload.inputs[n].tensor_key]
+                assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (definition, n)
+        (trace,) = exported.traces[definition]
+        assert trace.evaluation.status.value == "PASSED" and trace.workload == mine.workload, trace.evaluation.log
+    # into the folder it ran on: its own workloads stay where they are, the traces are added
+    assert export_main([str(root), "--traces", str(run), *given]) == 0
+    again = fib_data.TraceSet.from_path(str(root))
+    assert {d: len(t) for d, t in again.traces.items()} == {name: 1, "scale_fp8_n": 1}
+    assert {d: len(w) for d, w in again.workloads.items()} == {name: 1, "scale_fp8_n": 1}
