@@ -11,6 +11,7 @@ The folder is laid out as flashinfer-bench's `TraceSet.from_path` expects:
     workloads/<op_type>/<definition>.jsonl           workload traces (solution and evaluation null)
     solutions/<op_type>/<definition>/<name>.json     one for every solution a trace names
     traces/<op_type>/<definition>.jsonl
+    checks/<op_type>/<definition>.jsonl              check-only traces (bench --check-only; flashinfer-bench reads no checks/)
     blob/workloads/<op_type>/<definition>/<uuid>.safetensors
                                                      the tensors of each workload as evoteam makes them: its index
                                                      tensors and the inputs whose distribution flashinfer-bench's
@@ -31,7 +32,12 @@ Names and identities:
              Traces carry their workload; it is rewritten the same way in both files. Traces of a dataset's
              workloads (run_dataset) take definition and workload from --dataset DIR (class Sources), blobs copied.
   checks     a check-only trace (bench --check-only) has evaluation null and its verdict in "check", as
-             trace_writer.to_trace writes it: flashinfer-bench requires performance of a PASSED evaluation.
+             trace_writer.to_trace writes it: flashinfer-bench requires performance of a PASSED evaluation. It is
+             exported to checks/, not traces/: flashinfer-bench has no status for it (in traces/ it would count as
+             failed in TraceSet.summary() and make Trace.is_successful() raise).
+  sources    a kernel file is exported as one Python source named so that flashinfer-bench can import it (no dots in
+             its stem), language python, or triton where it imports Triton, its imported packages its dependencies
+             (candidate.solution_of_path); a solution JSON whose entry file it cannot import is refused.
 Exporting into a folder that holds a dataset adds to it (a line already there is not written twice) and changes
 nothing there: a definition, workload or solution there that differs from the export's is refused. The folder is read
 as flashinfer-bench reads it (definitions/, solutions/ and workloads/ at any depth). Every name that becomes part of a
@@ -76,6 +82,9 @@ from evoteam.trace_writer import (
     solution_name,
     solution_name_of_file,
 )
+
+# Where an export puts check-only traces (Dataset.add_trace): beside traces/, in a folder flashinfer-bench does not read
+CHECKS = "checks"
 
 # The namespace of the uuids an export gives workloads whose data evoteam made anew for a published uuid
 REGENERATED = uuid.uuid5(uuid.NAMESPACE_URL, "evoteam/export/regenerated-workload-data")
@@ -192,13 +201,30 @@ def _definition_identity(obj: dict) -> str:
 
 
 def _identity(solution: dict) -> str:
-    """What makes two solution JSONs one kernel: definition, build spec (but the hardware it ran on) and sources."""
+    """What makes two solution JSONs one kernel: definition, build spec (but the hardware it ran on) and sources; the
+    name of a single source file is not part of it (the same bytes under two file names are one kernel)."""
     try:
         solution = Solution.from_json(solution).to_json()  # the defaults filled in, as flashinfer-bench reads it
     except (SchemaError, KeyError, TypeError):
         pass
     spec = {k: v for k, v in solution.get("spec", {}).items() if k != "target_hardware"}
-    return json.dumps([solution.get("definition"), spec, solution.get("sources")], sort_keys=True)
+    sources = solution.get("sources")
+    if isinstance(sources, list) and len(sources) == 1 and isinstance(sources[0], dict):
+        sources = [sources[0].get("content")]
+        spec["entry_point"] = "::" + str(spec.get("entry_point", "")).partition("::")[2]
+    return json.dumps([solution.get("definition"), spec, sources], sort_keys=True)
+
+
+def _importable(solution: Solution, where: str) -> None:
+    """A Python or Triton solution's entry file as flashinfer-bench's builder imports it: as the module its path names
+    (`main.v2.py` as `main.v2`, a submodule of a package `main` that is not there), refused where that cannot work."""
+    if solution.spec.language not in ("python", "triton"):
+        return
+    entry = solution.spec.entry_point.split("::", 1)[0]
+    if any("." in part for part in Path(entry).with_suffix("").parts):
+        raise UserError(f"{where}: solution {solution.name!r}: flashinfer-bench imports its entry file {entry!r} as "
+                        f"the module {Path(entry).with_suffix('').as_posix().replace('/', '.')!r}, which cannot be "
+                        f"imported; rename the file without dots in its name (and its entry_point)")
 
 
 # ---------------------------------------------------------------- the folder
@@ -212,7 +238,7 @@ class Dataset:
 
     def __init__(self, root: Path):
         self.root = root
-        self.counts = {"definitions": 0, "workloads": 0, "solutions": 0, "traces": 0, "blobs": 0}
+        self.counts = {"definitions": 0, "workloads": 0, "solutions": 0, "traces": 0, "checks": 0, "blobs": 0}
         self._definitions: dict[Path, Task] = {}  # to write
         self._known_defs: dict[str, tuple[str, str]] | None = None  # name -> (identity, where), there or added
         # (definition, uuid) -> (workload JSON, where), there or added
@@ -340,6 +366,7 @@ class Dataset:
             raise UserError(f"{where}: solution {solution.name!r} is for definition {solution.definition!r}, the "
                             f"traces naming it for {name!r}; give the solution they were measured with")
         file_name(solution.name, "solution name", where)
+        _importable(solution, where)
         known = self._known_solutions()
         identity = _identity(solution.to_json())
         if solution.name not in known:
@@ -371,16 +398,22 @@ class Dataset:
     def add_trace(self, task: Task, trace: Trace, origin: str, held: Workload | None = None) -> None:
         """A trace, its workload `held` (a dataset's, as the traces were run on it) or else the task's own."""
         workload = self.add_workload(task, held or self._own_workload(task, trace.workload))
-        evaluation = trace.evaluation
+        where = f"{origin}: workload {trace.workload.uuid}"
+        evaluation, check = trace.evaluation, trace.check
         if evaluation is not None:  # its log begins with evoteam's status
             evaluation = replace(evaluation, correctness=non_finite_errors(evaluation.log.partition(":")[0],
                                                                            evaluation.correctness))
-            evaluation = fib_evaluation(evaluation, f"{origin}: workload {trace.workload.uuid}")
-        line = replace(trace, workload=Workload.from_json(workload), evaluation=evaluation).to_json()
+            evaluation = fib_evaluation(evaluation, where)
+        if check is not None:
+            check = fib_evaluation(check, where)
+        line = replace(trace, workload=Workload.from_json(workload), evaluation=evaluation, check=check).to_json()
         key = json.dumps(line, sort_keys=True)
         line["workload"] = workload  # with its pointer to a published workload, as in the workloads file
         op_type, name = self._names(task)
-        path = self._path("traces", op_type, f"{name}.jsonl")
+        # A check-only trace (bench --check-only: a verdict, no time) goes to checks/, a folder flashinfer-bench does
+        # not read: it has no status for "correct, not timed", and in traces/ such a line (evaluation null) loads but
+        # counts as failed in its summary() and makes Trace.is_successful() raise
+        path = self._path(CHECKS if evaluation is None and check is not None else "traces", op_type, f"{name}.jsonl")
         if path not in self._traces:
             self._traces[path] = {json.dumps(t.to_json(), sort_keys=True) for t in _read_traces(path)} \
                 if path.is_file() else set()
@@ -421,7 +454,7 @@ class Dataset:
             self.counts["solutions"] += 1
         for path, line in self._new_traces:
             _append(path, line)
-            self.counts["traces"] += 1
+            self.counts[CHECKS if path.relative_to(self.root).parts[0] == CHECKS else "traces"] += 1
 
 
 def _append(path: Path, obj: dict) -> None:

@@ -454,23 +454,65 @@ def test_workloads_with_regenerated_data_have_uuids_of_their_own_in_workloads_an
     assert _check_blobs(out, trace_set) == 2 * 47
 
 
-def test_check_only_traces_carry_no_performance_and_load(tmp_path):
+def test_check_only_traces_carry_no_performance_and_go_where_flashinfer_bench_does_not_count_them(tmp_path):
     """bench --check-only times nothing (the judge's result has no times): flashinfer-bench requires performance of a
-    PASSED evaluation, so the trace's evaluation is null (it loads there, claiming no time) and the check's verdict
-    is in its "check" field, which evoteam reads back."""
+    PASSED evaluation, so the trace's evaluation is null and the check's verdict is in its "check" field. Exported, it
+    goes to checks/, which flashinfer-bench does not read: in traces/ it loaded, but summary() counted it failed and
+    Trace.is_successful() raised. evoteam reads it back there."""
     mla = load_task("mla_decode")
     name = solution_name_of_file("mla_decode", CANDIDATE)
     checked = {"status": Status.PASSED, "detail": "PASSED (3 trials, max rel-norm 0.0e+00)",
                "correctness": {"max_relative_error": 0.0, "max_absolute_error": 0.0}, "fib": FIB_PASSED}
     traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1], name, checked)
+    timed = _bench_traces(tmp_path / "timed.jsonl", "mla_decode", mla.scaled_workloads("small")[1:2], name)
     (line,) = [json.loads(text) for text in traces.read_text().splitlines()]
     assert line["evaluation"] is None and line["check"]["status"] == "PASSED" and line["check"]["performance"] is None
     out = tmp_path / "dataset"
-    assert export_main([str(out), "--traces", str(traces), "--solution", str(CANDIDATE)]) == 0
-    (trace,) = fib_data.TraceSet.from_path(str(out)).traces[mla.definition.name]
-    assert trace.solution == name and trace.evaluation is None
-    (ours,) = load_traces(out / "traces" / mla.definition.op_type / f"{mla.definition.name}.jsonl")
-    assert ours.evaluation is None and ours.check.status == "PASSED" and ours.check.performance is None
+    assert export_main([str(out), "--traces", str(traces), "--traces", str(timed), "--solution", str(CANDIDATE)]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(out))
+    summary = trace_set.summary()
+    assert (summary["total"], summary["passed"], summary["failed"]) == (1, 1, 0), summary
+    assert all(t.is_successful() for t in trace_set.traces[mla.definition.name])
+    (ours,) = load_traces(out / "checks" / mla.definition.op_type / f"{mla.definition.name}.jsonl")
+    assert ours.solution == name and ours.evaluation is None and ours.check.status == "PASSED"
+    assert ours.check.performance is None and trace_set.get_solution(name) is not None
+
+
+def test_exported_kernel_files_build_in_flashinfer_bench(tmp_path):
+    """A kernel file is exported as a solution flashinfer-bench's own builder builds and runs: a dot in its stem
+    (its builder imports `a.b.py` as a submodule of a package `a`) is not in the exported file's name; plain PyTorch
+    is language python (its dependencies have no Triton), a Triton kernel triton; the packages it imports are its
+    dependencies. The same bytes under two file names are one source."""
+    from flashinfer_bench.compile import BuilderRegistry
+
+    mla = load_task("mla_decode")
+    dotted = tmp_path / "mla.torch.v2.py"
+    dotted.write_text(CANDIDATE.read_text())
+    twin = tmp_path / "copy" / "mla_torch_copy.py"
+    twin.parent.mkdir()
+    twin.write_text(CANDIDATE.read_text())
+    workloads = mla.scaled_workloads("small")[:1]
+    torch_traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", workloads,
+                                 solution_name_of_file("mla_decode", dotted))
+    triton_traces = _bench_traces(tmp_path / "s.jsonl", "mla_decode", workloads,
+                                  solution_name_of_file("mla_decode", MLA_SEED))
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(torch_traces), "--traces", str(triton_traces), "--solution",
+                        str(dotted), "--solution", str(twin), "--solution", str(MLA_SEED)]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(out))
+    solutions = {s.sources[0].content: s for s in trace_set.solutions[mla.definition.name]}
+    plain, triton = solutions[CANDIDATE.read_text()], solutions[MLA_SEED.read_text()]
+    assert plain.sources[0].path == "mla_torch_v2.py" and plain.spec.entry_point == "mla_torch_v2.py::run"
+    assert plain.spec.language.value == "python" and plain.spec.dependencies == ["torch"]
+    assert triton.spec.language.value == "triton" and "triton" in triton.spec.dependencies
+    # flashinfer-bench builds it and runs it (destination-passing, inputs then outputs in the definition's order)
+    definition = trace_set.definitions[mla.definition.name]
+    runnable = BuilderRegistry.get_instance().build(definition, plain)
+    inputs = mla.make_inputs(workloads[0], torch.Generator().manual_seed(0), "cpu")
+    ref = mla.reference(inputs)
+    outputs = {n: torch.empty_like(t) for n, t in ref.items()}
+    runnable(*inputs.values(), *outputs.values())
+    torch.testing.assert_close(outputs["output"].float(), ref["output"].float(), atol=1e-2, rtol=1e-2)
 
 
 def test_a_name_that_is_a_path_is_refused_and_nothing_is_written_outside_the_folder(tmp_path, capsys):
