@@ -12,6 +12,7 @@ A dataset's workloads are what they are at every scale (same axes, same uuid).
 from __future__ import annotations
 
 import json
+import linecache
 import sys
 import types
 from functools import cache
@@ -56,14 +57,24 @@ def solutions(root: str | Path, definition: str) -> list[Path]:
             if json.loads(p.read_text()).get("definition") == definition]
 
 
+def module_from_source(source: str, name: str, filename: str) -> types.ModuleType:
+    """A module of Python source that is no file of its own (a definition's reference code), registered under `name`;
+    its lines are known to linecache under `filename`, so that tracebacks and inspect show them."""
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
 @cache
 def load_parts(name: str) -> dict:
     """What `evoteam.task.load_task` builds the task from: folder, definition, workloads, hooks, reference."""
     parts = data_parts(name)
     definition = parts["definition"]
-    reference = types.ModuleType(f"{parts['module'].__name__.removesuffix('_task')}_reference")
-    sys.modules[reference.__name__] = reference
-    exec(compile(definition.reference, f"<{definition.name} reference>", "exec"), reference.__dict__)  # noqa: S102
+    reference = module_from_source(definition.reference, f"{parts['module'].__name__.removesuffix('_task')}_reference",
+                                   f"<{definition.name} reference>")
     return {**parts, "reference_module": reference}
 
 

@@ -30,7 +30,7 @@ from conftest import seed_kernel
 
 TOY_FOLDER = Path(__file__).parent / "data" / "toy_task"
 REAL_TASKS = sorted({"mla_decode", "kda_prefill", *available_tasks()})
-TASK_FILES = ("definition.json", "workloads.jsonl", "reference.py", "task.py")
+TASK_FILES = ("definition.json", "workloads.jsonl", "task.py")
 SEED = 1234
 
 

@@ -20,7 +20,7 @@ from evoteam.task import load_module_from_path, load_task  # noqa: E402
 TASK = load_task("kda_prefill")
 # Loaded afresh here: a copy loaded earlier in the session may have been decorated without the interpreter.
 ORACLE = load_module_from_path(TASK.folder / "oracle.py", "test_kda_oracle_interpreted")
-REFERENCE = load_module_from_path(TASK.folder / "reference.py", "test_kda_oracle_reference")
+REFERENCE = TASK.reference_module  # the definition's reference code
 
 
 def make_case(lengths, H=2, K=128, V=128, bounded_gate=False, has_initial_state=True, gate_spread=1.0, seed=0):

@@ -10,7 +10,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import json  # noqa: E402
 import math  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -99,7 +98,7 @@ def test_workloads_load_and_are_reproducible(tmp_path):
     assert d.name == "kda_chunk_prefill_k128_v128" and d.op_type == "kda_prefill"
     assert list(d.inputs) == INPUT_NAMES and list(d.outputs) == ["o", "final_state"]
     assert d.const_axes() == {"head_dim_k": 128, "head_dim_v": 128}
-    assert "def run(" in d.reference  # filled from reference.py
+    assert "def run(" in d.reference  # inline in definition.json
 
     ws = TASK.workloads
     assert 20 <= len(ws) <= 30
@@ -259,8 +258,9 @@ def test_seed_kernel_passes_the_shared_checker():
 
 
 def test_reference_runs_on_task_folder_path():
-    # The definition's reference text is the file's text.
-    assert TASK.definition.reference == Path(TASK.folder / "reference.py").read_text()
+    # The committed definition's reference is the code the task runs.
+    assert TASK.definition.reference == json.loads((TASK.folder / "definition.json").read_text())["reference"]
+    assert TASK.reference_module.__file__.endswith("definition.json:reference")
 
 
 @pytest.mark.parametrize("has_initial_state", [True, False])
