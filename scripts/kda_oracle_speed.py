@@ -30,7 +30,7 @@ def compare(task, workload, oracle) -> dict:
 
 if __name__ == "__main__":
     task = load_task("kda_prefill")
-    w = max(task.workloads, key=lambda w: w.axes["total_seq_len"] * w.axes["num_heads"])
+    w = max(task.workloads, key=lambda w: w.axes["seq_len"] * w.axes["num_v_heads"])
     r = compare(task, w, task.oracle_module)
     (o, fs), (o2, fs2), to, tr = r["oracle"], r["reference"], r["oracle_s"], r["reference_s"]
     print(w.uuid, w.axes, f"oracle {to*1e3:.1f} ms, reference {tr*1e3:.1f} ms, ratio {tr/to:.1f}x",

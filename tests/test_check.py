@@ -611,7 +611,7 @@ def test_a_baselines_own_check_widens_only_the_element_wise_bounds():
 
     task = load_task("kda_prefill")
     tol = task.tolerance("final_state")
-    ref = {"o": torch.zeros(4, 2, 128, dtype=torch.bfloat16), "final_state": torch.full((1, 2, 128, 128), 1.0)}
+    ref = {"output": torch.zeros(4, 2, 128, dtype=torch.bfloat16), "final_state": torch.full((1, 2, 128, 128), 1.0)}
     out = {k: v.clone() for k, v in ref.items()}
     out["final_state"][0, 1, 7, 3] += 1.5 * (tol.atol + tol.rtol)  # one element 1.5x past the bound
     assert compare_with_reference(task, out, ref, 0)[0].check == "mismatch"
@@ -638,13 +638,13 @@ def test_fib_rule_gives_flashinfer_benchs_verdict_where_evoteams_differs():
     from evoteam.harness.check import compare_with_reference, rule_record
 
     task = load_task("kda_prefill")
-    ref = {"o": torch.zeros(4, 2, 128, dtype=torch.bfloat16), "final_state": torch.full((1, 2, 128, 128), 1.0)}
+    ref = {"output": torch.zeros(4, 2, 128, dtype=torch.bfloat16), "final_state": torch.full((1, 2, 128, 128), 1.0)}
     out = {k: v.clone() for k, v in ref.items()}
     out["final_state"][0, 1, 7, 3] = 1.02  # |err| 2e-2: within evoteam's atol 3e-2, past both of flashinfer-bench's
     assert compare_with_reference(task, out, ref, 0)[0] is None
     failure, _ = compare_with_reference(task, out, ref, 0, fib=True)
     assert failure is not None and failure.check == "mismatch" and failure.index == (0, 1, 7, 3), failure
-    assert not _fib_passes(out["final_state"], ref["final_state"]) and _fib_passes(out["o"], ref["o"])
+    assert not _fib_passes(out["final_state"], ref["final_state"]) and _fib_passes(out["output"], ref["output"])
     assert rule_record(task)["tolerances"]["final_state"] == {"atol": 3e-2, "rtol": 1e-2, "max_rel_norm": 1e-2}
     assert rule_record(task, fib=True) == {"rule": "flashinfer-bench", "atol": 1e-2, "rtol": 1e-2}
     # no relative-norm bound under flashinfer-bench's rule: every element of a small state 9e-3 off (within atol)

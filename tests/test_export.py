@@ -604,9 +604,9 @@ def test_a_content_name_is_credited_only_to_the_file_of_that_content(tmp_path, c
 # atol 3e-2 for final_state (fla's own kernel needs it), past flashinfer-bench's atol = rtol = 1e-2
 KDA_OFF_BY_002 = """
 
-def planted(o, final_state, **inputs):
+def planted(output, final_state, **inputs):
     out, state = run(**inputs)
-    o.copy_(out)
+    output.copy_(out)
     final_state.copy_(state)
     flat = final_state.view(-1)
     flat[int(flat.abs().argmin())] += 0.02

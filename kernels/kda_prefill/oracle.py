@@ -1,7 +1,7 @@
 """Fast oracle for kda_prefill: the reference's math as one Triton kernel, for checking candidates on a GPU.
 
 What: `run` has the reference's signature (the definition's "reference" code, definition.json) and returns
-what it returns (o bf16 [T, H, V], final_state fp32 [N, H, K, V]). It is the fused recurrent form: one
+what it returns (output bf16 [T, H, V], final_state fp32 [N, H, K, V]). It is the fused recurrent form: one
 program per (sequence, head, block of BV value columns) keeps its [K, BV] fp32 slice of the state in registers and walks the sequence's tokens in order,
 computing the reference's formulas in fp32 from the raw inputs: L2 norms (eps 1e-6 inside the sqrt), the
 softplus or bounded gate, sigmoid(beta), decay first, then the delta rule, then the read-out. Only the
@@ -95,8 +95,9 @@ def _kda_recurrent(
     tl.store(ht + p_s, b_s, mask=m_s)
 
 
-def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
+def run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
         scale, bounded_gate, lower_bound, has_initial_state):
+    g_raw, beta_logits = g, beta  # the definition's names (raw gate, beta logits), the kernel's
     T, H, K = q.shape
     V = v.shape[-1]
     N = cu_seqlens.numel() - 1
