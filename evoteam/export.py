@@ -139,8 +139,12 @@ def fib_evaluation(evaluation: Evaluation, where: str) -> Evaluation:
                         f"an older evoteam); bench the kernel again with this version, whose traces record both")
     if verdict["status"] == "PASSED":
         return evaluation
-    correctness = Correctness(max_relative_error=float(verdict["max_relative_error"]),
-                              max_absolute_error=float(verdict["max_absolute_error"]), extra=extra)
+    try:
+        correctness = Correctness(max_relative_error=float(verdict["max_relative_error"]),
+                                  max_absolute_error=float(verdict["max_absolute_error"]), extra=extra)
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{where}: its record of flashinfer-bench's verdict has no errors (not written by evoteam); "
+                        f"bench the kernel again with this version") from None
     log = (f"{evaluation.log} | exported with flashinfer-bench's verdict, {verdict['status']}: its rule (atol = rtol = "
            f"{verdict.get('rtol', 1e-2):g}, every element, no NaN or Inf) fails {verdict.get('elements_failed', '?')} "
            f"elements that evoteam's rule passed")

@@ -652,6 +652,13 @@ def test_a_pass_flashinfer_bench_would_not_give_is_exported_as_its_verdict(tmp_p
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no record of flashinfer-bench's verdict" in err, err
     assert not (tmp_path / "other").exists()
+    # a record not written by evoteam (a verdict without its errors): one line too, not a traceback
+    line = json.loads(traces["evoteam"].read_text())
+    line["evaluation"]["correctness"]["extra"]["flashinfer-bench"] = {"status": "INCORRECT_NUMERICAL"}
+    older.write_text(json.dumps(line) + "\n")
+    assert export_main([str(tmp_path / "other"), "--traces", str(older), "--solution", str(kernel)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no errors" in err and not (tmp_path / "other").exists(), err
 
 
 def _solution_json(path, name, definition, kernel_source, file="main.py"):
