@@ -52,6 +52,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600,
                    help="seconds per workload (compilation included) before the candidate's runner is killed")
     p.add_argument("--check-only", action="store_true", help="check correctness, time nothing")
+    p.add_argument("--fib-rule", action="store_true",
+                   help="judge every output by flashinfer-bench's rule (atol = rtol = 1e-2, no relative-norm bound): its "
+                        "verdicts exactly (without it, evoteam's rule judges and traces record both verdicts)")
     p.add_argument("--use-baseline-cache", action="store_true", help="take cached baseline times where present")
     p.add_argument("--traces", type=Path, help="append FlashInfer-Trace lines here")
     p.add_argument("--json", type=Path, help="write the full report here")
@@ -97,12 +100,14 @@ def run(args: argparse.Namespace) -> int:
     request = target.request(solution.resolve(), entry=args.entry, trials=args.trials, seed=args.seed,
                              second_figure=not args.no_second_figure, baseline=args.baseline,
                              baseline_options=baseline_options(args.baseline_option), warmup=args.warmup,
-                             reps=args.reps, check_only=args.check_only, use_baseline_cache=args.use_baseline_cache,
+                             reps=args.reps, check_only=args.check_only, fib_rule=args.fib_rule,
+                             use_baseline_cache=args.use_baseline_cache,
                              static_scan=not args.no_static_scan, sandbox=args.sandbox,
                              workload_timeout_s=args.timeout)
     naming = f"; traces name it {traced}" if args.traces else ""
+    rule = "flashinfer-bench's" if args.fib_rule else "evoteam's"
     print(f"evoteam.bench: {name} on {target.describe()}; baseline {args.baseline} {request.baseline_options or ''}; "
-          f"seed {'secret' if args.seed is None else args.seed}{naming}", flush=True)
+          f"seed {'secret' if args.seed is None else args.seed}; {rule} pass rule{naming}", flush=True)
     done = {"n": 0}
 
     def progress(result) -> None:

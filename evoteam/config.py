@@ -82,6 +82,9 @@ class TaskConfig:
     # "full" or "small"; null takes the hardware target's problem_scale.
     scale: str | None = None
     check_trials: int = 3
+    # judge every output by flashinfer-bench's rule (atol = rtol = 1e-2, no relative-norm bound, any NaN or Inf fails)
+    # instead of evoteam's; either way the final traces record flashinfer-bench's verdict too
+    fib_rule: bool = False
     baseline: str = "auto"  # which baseline adapter; "auto" picks the best available
 
 

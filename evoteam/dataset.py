@@ -12,6 +12,7 @@ A dataset's workloads are what they are at every scale (same axes, same uuid).
 from __future__ import annotations
 
 import json
+import linecache
 import sys
 import types
 from functools import cache
@@ -21,7 +22,7 @@ import torch
 
 from evoteam.blobs import read_safetensors
 from evoteam.errors import UserError
-from evoteam.schema import Definition, Trace, Workload, read_jsonl
+from evoteam.schema import Definition, SchemaError, Trace, Workload, read_jsonl
 from evoteam.tolerance import DTYPE_TOLERANCES, Tolerance
 
 SEPARATOR = "::"
@@ -42,8 +43,11 @@ def definitions(root: str | Path) -> dict[str, dict]:
     """Definition name -> its JSON, for every definition of the folder."""
     out = {}
     for path in sorted((Path(root) / "definitions").rglob("*.json")):
-        obj = json.loads(path.read_text())
-        out[obj["name"]] = obj
+        try:
+            obj = json.loads(path.read_text())
+            out[obj["name"]] = obj
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}: not a FlashInfer-Trace definition ({exc}); fix or remove it") from None
     return out
 
 
@@ -53,9 +57,31 @@ def solutions(root: str | Path, definition: str) -> list[Path]:
             if json.loads(p.read_text()).get("definition") == definition]
 
 
+def module_from_source(source: str, name: str, filename: str) -> types.ModuleType:
+    """A module of Python source that is no file of its own (a definition's reference code), registered under `name`;
+    its lines are known to linecache under `filename`, so that tracebacks and inspect show them."""
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
 @cache
 def load_parts(name: str) -> dict:
     """What `evoteam.task.load_task` builds the task from: folder, definition, workloads, hooks, reference."""
+    parts = data_parts(name)
+    definition = parts["definition"]
+    reference = module_from_source(definition.reference, f"{parts['module'].__name__.removesuffix('_task')}_reference",
+                                   f"<{definition.name} reference>")
+    return {**parts, "reference_module": reference}
+
+
+@cache
+def data_parts(name: str) -> dict:
+    """The task's data without its reference code run (an export copies a dataset; it runs none of its code):
+    folder, definition, workloads and the hooks that read its blobs; `reference_module` None."""
     root_text, _, definition_name = name.rpartition(SEPARATOR)
     root = Path(root_text)
     if not (root / "definitions").is_dir():
@@ -65,19 +91,20 @@ def load_parts(name: str) -> dict:
     if definition_name not in found:
         raise UserError(f"task {name!r}: the dataset defines no {definition_name!r}; it defines: "
                         f"{', '.join(found) or 'nothing'}")
-    definition = Definition.from_json(found[definition_name])
+    try:
+        definition = Definition.from_json(found[definition_name])
+    except SchemaError as exc:
+        raise UserError(f"task {name!r}: {exc}; fix the definition") from None
     workloads = []
     for path in sorted((root / "workloads").rglob("*.jsonl")):
-        for obj in read_jsonl(path):
-            trace = Trace.from_json(obj)
-            if trace.definition == definition_name:
-                workloads.append(trace.workload)
+        try:
+            traces = [Trace.from_json(obj) for obj in read_jsonl(path)]
+        except (SchemaError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}: not FlashInfer-Trace workload lines ({exc}); fix or remove it") from None
+        workloads += [trace.workload for trace in traces if trace.definition == definition_name]
     tag = f"evoteam_dataset_{abs(hash(name))}"
-    reference = types.ModuleType(f"{tag}_reference")
-    sys.modules[reference.__name__] = reference
-    exec(compile(definition.reference, f"<{definition_name} reference>", "exec"), reference.__dict__)  # noqa: S102
     return {"folder": root, "definition": definition, "workloads": workloads, "module": _hooks(root, definition, tag),
-            "reference_module": reference}
+            "reference_module": None}
 
 
 def _hooks(root: Path, definition: Definition, tag: str) -> types.ModuleType:

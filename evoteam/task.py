@@ -1,13 +1,15 @@
 """A kernel task: its definition, workloads, input maker, reference and seed kernel.
 
 Each task is a folder `kernels/<name>/` (data, not an import package) holding:
-  definition.json   FlashInfer-Trace definition; its "reference" field is filled from reference.py
+  definition.json   FlashInfer-Trace definition, complete as flashinfer-bench reads it: its "reference" is the
+                    Python source of `run(<inputs in definition order>) -> tuple of outputs`, exact, fp32
+                    accumulate (the one home of the task's math; `Task.reference_module` is it, loaded), and
+                    its "constraints" are Python expressions over the axes and the inputs
   workloads.jsonl   FlashInfer-Trace workload traces (one JSON object per line)
-  reference.py      `run(<inputs in definition order>) -> tuple of outputs`, exact, fp32 accumulate
-  oracle.py         (optional) a fast `run` with reference.py's signature and math (fp32; only the order of
+  oracle.py         (optional) a fast `run` with the reference's signature and math (fp32; only the order of
                     the sums may differ), e.g. a Triton kernel: `Task.reference` uses it on GPU inputs
-                    (Triton not interpreted), reference.py elsewhere; reference.py stays the definition,
-                    and a test must show that the two agree
+                    (Triton not interpreted), the definition's reference elsewhere; the reference stays the
+                    definition, and a test must show that the two agree
   task.py           the task's own logic, module-level functions:
                       scaled_workloads(workloads, scale) -> list[Workload]
                           the workloads to run at a problem scale ("full" or "small"); "small" is a
@@ -91,7 +93,7 @@ class Task:
     workloads: list[Workload]
     module: ModuleType
     reference_module: ModuleType
-    oracle_module: ModuleType | None = None  # the folder's oracle.py, if any: reference.py's math, fast on a GPU
+    oracle_module: ModuleType | None = None  # the folder's oracle.py, if any: the reference's math, fast on a GPU
 
     # ------------------------------------------------------------ workloads and inputs
     def scaled_workloads(self, scale: str) -> list[Workload]:
@@ -132,7 +134,8 @@ class Task:
     # ------------------------------------------------------------ reference and tolerances
     def reference(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The exact outputs for `inputs`: from the task's oracle where every input tensor is on a CUDA (or
-        ROCm) device, else from reference.py (also under Triton's interpreter, where the oracle would crawl)."""
+        ROCm) device, else from the definition's reference (also under Triton's interpreter, where the oracle would
+        crawl)."""
         args = [inputs[n] for n in self.definition.inputs]
         on_gpu = {x.device.type for x in args if hasattr(x, "device")} == {"cuda"}
         use_oracle = self.oracle_module is not None and on_gpu and os.environ.get("TRITON_INTERPRET") != "1"
@@ -220,13 +223,14 @@ class Task:
 
 
 @cache
-def load_task(name: str) -> Task:
+def load_task(name: str, data_only: bool = False) -> Task:
     """The task `kernels/<name>/` of this installation, or a definition of a flashinfer-bench dataset
-    folder named `<folder>::<definition>` (evoteam.dataset)."""
+    folder named `<folder>::<definition>` (evoteam.dataset); `data_only`: a dataset's task without its
+    reference code run (reference_module None), for reading its data alone."""
     from evoteam import dataset
 
     if dataset.is_dataset_task(name):
-        return Task(name=name, **dataset.load_parts(name))
+        return Task(name=name, **(dataset.data_parts(name) if data_only else dataset.load_parts(name)))
     folder = resources.kernels_dir() / name
     if not (folder / "definition.json").is_file():
         raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}")
@@ -243,12 +247,10 @@ def load_task_folder(folder: str | Path) -> Task:
     """A task from any folder laid out as described at the top of this module."""
     folder = Path(folder)
     name = folder.name
-    reference_path = folder / "reference.py"
+    from evoteam import dataset
+
     oracle_path = folder / "oracle.py"
-    definition_json = json.loads((folder / "definition.json").read_text())
-    # One source of truth for the math: the definition carries reference.py's text.
-    definition_json["reference"] = reference_path.read_text()
-    definition = Definition.from_json(definition_json)
+    definition = Definition.from_json(json.loads((folder / "definition.json").read_text()))
     workloads = []
     for obj in read_jsonl(folder / "workloads.jsonl"):
         trace = Trace.from_json(obj)
@@ -263,7 +265,8 @@ def load_task_folder(folder: str | Path) -> Task:
         definition=definition,
         workloads=workloads,
         module=load_module_from_path(folder / "task.py", f"evoteam_task_{tag}"),
-        reference_module=load_module_from_path(reference_path, f"evoteam_reference_{tag}"),
+        reference_module=dataset.module_from_source(definition.reference, f"evoteam_reference_{tag}",
+                                                    f"{folder / 'definition.json'}:reference"),
         oracle_module=load_module_from_path(oracle_path, f"evoteam_oracle_{tag}") if oracle_path.is_file() else None,
     )
 

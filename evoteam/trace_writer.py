@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ TRACE_STATUS = {
     Status.CRASH: "RUNTIME_ERROR",
     Status.OUT_OF_MEMORY: "RUNTIME_ERROR",
     Status.OUTPUT_REPLACED: "INCORRECT_SHAPE",
+    Status.OUTPUT_DTYPE: "INCORRECT_DTYPE",
     Status.INPUT_MODIFIED: "INCORRECT_NUMERICAL",  # checks flashinfer-bench does not make
     Status.UNWRITTEN: "INCORRECT_NUMERICAL",
     Status.NAN_INF: "INCORRECT_NUMERICAL",
@@ -34,10 +36,23 @@ TRACE_STATUS = {
 }
 
 
+# The key of a trace's correctness `extra` that holds flashinfer-bench's verdict on the outputs (WorkloadResult.fib)
+FIB_VERDICT = "flashinfer-bench"
+
+
 def solution_name(task: str, source: str) -> str:
     """A kernel's solution name: unique across tasks, the same for the same source in any run."""
     task = task.rsplit("::", 1)[-1]  # a dataset's task (<folder>::<definition>) by its definition: no folder path
     return f"{task}_evoteam_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+
+
+_CONTENT_NAME = re.compile(r".+_evoteam_[0-9a-f]{12}")
+
+
+def is_content_name(name: str) -> bool:
+    """Whether a name is of the form `solution_name` gives (its source's hash in it): a file can be checked to be the
+    source of such a name; a stem (older traces) or a solution JSON's own name says nothing of the content."""
+    return bool(_CONTENT_NAME.fullmatch(name))
 
 
 def solution_name_of_file(task: str, path: Path) -> str:
@@ -77,11 +92,13 @@ def to_trace(definition: str, workload: Workload, solution: str, result: Workloa
     corr = result.correctness or {}
     correctness = None
     if status in ("PASSED", "INCORRECT_NUMERICAL"):
+        # the pass rule used (rule, its tolerances) and flashinfer-bench's verdict on the same outputs (FIB_VERDICT):
+        # an export gives its verdict where evoteam's rule passed what flashinfer-bench's does not
         correctness = Correctness(max_relative_error=float(corr.get("max_relative_error", 0.0)),
                                   max_absolute_error=float(corr.get("max_absolute_error", 0.0)),
                                   extra={**{k: v for k, v in corr.get("extra", {}).items()
                                             if k in ("max_rel_norm", "trials", "base_seed")},
-                                         **result.rule} or None)  # the pass rule used (rule, its tolerances)
+                                         **result.rule, **({FIB_VERDICT: result.fib} if result.fib else {})} or None)
     correctness = non_finite_errors(str(result.status), correctness)
     performance = None
     if status == "PASSED" and result.candidate_ms is not None:  # None: checked, not timed (bench --check-only)
@@ -92,6 +109,9 @@ def to_trace(definition: str, workload: Workload, solution: str, result: Workloa
         log += f" | baseline {result.baseline}, timing {result.timing_mode}"
     if result.rule:  # every trace names its pass rule; a correctness record has its tolerances as well
         log += f" | rule {result.rule['rule']}"
+    if result.fib and status == "PASSED" and result.fib["status"] != "PASSED":
+        log += (f" | flashinfer-bench's rule: {result.fib['status']} ({result.fib['elements_failed']} elements, max "
+                f"|err| {result.fib['max_absolute_error']})")
     # The device's own name where the judge recorded it (as flashinfer-bench writes it), else the target's
     evaluation = Evaluation(status=status, environment={"hardware": result.device or hardware, "libs": libraries()},
                             timestamp=dt.datetime.now(dt.timezone.utc).isoformat(), log=log,

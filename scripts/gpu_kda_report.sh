@@ -111,7 +111,7 @@ for part in $parts; do
       k=${part#sweep}
       python3 -m evoteam.sweep --task kda_prefill --family chunk --shard "$k/${SWEEP_SHARDS:-4}" \
         --reps 20 --warmup 3 --baseline fla --timing events \
-        --dispatch-axes num_heads,num_seqs,total_seq_len --out "$out/$part.json" ${SWEEP_ARGS:-} \
+        --dispatch-axes num_v_heads,num_sequences,seq_len --out "$out/$part.json" ${SWEEP_ARGS:-} \
         2>&1 | tee "$out/$part.log" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac

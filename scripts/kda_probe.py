@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         outs = {}
 
         def new_outs(shapes=shapes):
-            return {"o": torch.empty(shapes["o"], dtype=torch.bfloat16, device=device),
+            return {"output": torch.empty(shapes["output"], dtype=torch.bfloat16, device=device),
                     "final_state": torch.empty(shapes["final_state"], dtype=torch.float32, device=device)}
 
         for name, mod in modules.items():
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                    "graph_us": gr.median_ms * 1e3, "graph_mode": gr.mode, "floor_us": floor_us,
                    "per_launch_us": per}
             if ref is not None:
-                for out in ("o", "final_state"):
+                for out in ("output", "final_state"):
                     a, b = outs[name][out].double(), ref[out].double()
                     row[f"{out}_rel_err"] = ((a - b).norm() / b.norm()).item()
             rows.append(row)
@@ -230,7 +230,7 @@ def emit_from_rows(args) -> int:
     return 0
 
 
-SHAPE_AXES = ("num_heads", "num_seqs", "total_seq_len")  # the chunk family's params_for axes
+SHAPE_AXES = ("num_v_heads", "num_sequences", "seq_len")  # the chunk family's params_for axes
 
 
 def shape_of(axes: dict) -> tuple:

@@ -74,21 +74,21 @@ def test_the_flashkda_adapter_calls_flash_kda_itself_with_its_layouts(cpu, monke
         assert q.shape[0] == 1 and cu_seqlens.dtype == torch.int64 and out.is_contiguous()
         assert initial_state.shape == final_state.shape and initial_state.shape[-2:] == (v.shape[-1], q.shape[-1])
         calls.append(cu_seqlens)
-        ref = task.reference({**inputs, "q": q[0], "k": k[0], "v": v[0], "g_raw": g[0], "beta_logits": beta[0],
+        ref = task.reference({**inputs, "q": q[0], "k": k[0], "v": v[0], "g": g[0], "beta": beta[0],
                               "scale": scale, "A_log": A_log, "dt_bias": dt_bias, "lower_bound": lower_bound,
                               "initial_state": initial_state.transpose(-1, -2), "cu_seqlens": cu_seqlens.int()})
-        out[0].copy_(ref["o"])
+        out[0].copy_(ref["output"])
         final_state.copy_(ref["final_state"].transpose(-1, -2))
 
     monkeypatch.setitem(__import__("sys").modules, "flash_kda", types.SimpleNamespace(fwd=fwd))
     shapes = task.output_shapes(workload, inputs)
-    outputs = {"o": torch.full(shapes["o"], float("nan"), dtype=torch.bfloat16),
+    outputs = {"output": torch.full(shapes["output"], float("nan"), dtype=torch.bfloat16),
                "final_state": torch.full(shapes["final_state"], float("nan"))}
     baselines.FlashKDA().prepare(task, workload, inputs)(**inputs, **outputs)
     expected = task.reference(inputs)
     assert len(calls) == 1
     # the same arithmetic up to summation order (the stand-in's state arrives as a transposed view)
-    torch.testing.assert_close(outputs["o"], expected["o"], rtol=0, atol=1e-2)
+    torch.testing.assert_close(outputs["output"], expected["output"], rtol=0, atol=1e-2)
     torch.testing.assert_close(outputs["final_state"], expected["final_state"], rtol=1e-5, atol=1e-6)
     softplus = next(w for w in task.scaled_workloads("small") if not w.inputs["bounded_gate"].value)
     with pytest.raises(baselines.BaselineUnavailable, match="only the bounded gate"):

@@ -105,6 +105,6 @@ def test_kda_chains_its_keys_to_the_last_calls_output(tmp_path):
     task = load_task("kda_prefill")
     workload = task.scaled_workloads("small")[0]
     calls = _batch(task, workload, 2)
-    assert calls.chain == {"k": "o"}
-    assert calls.refs[1]["inputs"]["k"] == calls.refs[0]["outputs"]["o"]
+    assert calls.chain == {"k": "output"}
+    assert calls.refs[1]["inputs"]["k"] == calls.refs[0]["outputs"]["output"]
     assert (REPO / "kernels" / "kda_prefill" / "task.py").read_text().count("CHAINED_INPUTS") >= 1

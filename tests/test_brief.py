@@ -25,7 +25,7 @@ def test_the_brief_gives_the_interface_the_rules_the_target_and_the_reference(ta
     for output in d.outputs:
         tol = task.tolerance(output)
         assert f"{output}: atol {tol.atol:g}, rtol {tol.rtol:g}" in text
-    assert (task.folder / "reference.py").read_text().strip() in text
+    assert task.definition.reference.strip() in text
     workloads = task.scaled_workloads("small" if hardware == "cpu" else "full")
     assert all(w.uuid[:8] in text for w in workloads)
     assert "Counted as cheating" in text and "may import only: torch, triton" in text

@@ -44,7 +44,7 @@ def test_cfg_job_composes_target_task_and_budget(evoteam_cli, tmp_path):
         ("team.preset=bogus", "team.preset=bogus is not valid; expected one of single, fixed4, evolving"),
         ("budget.tokens=abc", "budget.tokens=abc is not valid; expected an integer"),
         ("llm.temperature=hot", "llm.temperature=hot is not valid; expected a number"),
-        ("task.nope=1", "unknown key 'task.nope'; allowed keys here: name, workloads, scale, check_trials, baseline"),
+        ("task.nope=1", "unknown key 'task.nope'; allowed keys here: name, workloads, scale, check_trials, fib_rule, baseline"),
         ("+task.nope=1", "unknown key 'task.nope'"),
         ("foo=bar", "unknown key 'foo'; allowed keys here: timing_mode"),
         ("executor.sandbox=none", "executor.sandbox=none is not valid; expected one of strict, weak"),
@@ -296,3 +296,21 @@ def test_an_llm_failure_says_how_to_resume_with_this_interpreter(tmp_path):
     assert tracker.status == "FAILED"
     assert str(caught.value).endswith(f"then {resources.python_command('-m', 'evoteam', f'resume={tmp_path}/run')}")
     assert sys.executable in str(caught.value)
+
+
+def test_the_main_job_takes_fib_rule(evoteam_cli, tmp_path):
+    """`task.fib_rule=true` composes, and the main job's every evaluation request then judges by flashinfer-bench's rule
+    (HarnessSettings.from_config: the template of the team's and the final table's requests)."""
+    from omegaconf import OmegaConf
+
+    from evoteam.target import Target
+    from evoteam.team.toolbox import HarnessSettings
+
+    result = evoteam_cli("--cfg", "job", "hardware=cpu", "task.fib_rule=true", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["task"]["fib_rule"] is True
+    target = Target.resolve("mla_decode", "cpu", scale="small", executor=None)
+    for fib in (False, True):
+        cfg = OmegaConf.structured(config.EvoteamConfig(task=config.TaskConfig(name="mla_decode", fib_rule=fib)))
+        settings = HarnessSettings.from_config(cfg, target)
+        assert settings.template.fib_rule is fib and settings.final_request("k.py", []).fib_rule is fib

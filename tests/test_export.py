@@ -63,10 +63,15 @@ def _bench_traces(path, task_name, workloads, name, result=None):
     task = load_task(task_name)
     result = result or {"status": Status.PASSED, "detail": "PASSED (3 trials, max rel-norm 1.0e-03)",
                         "baseline": "reference", "timing_mode": "cputime", "baseline_ms": 2.0, "candidate_ms": 1.0,
-                        "correctness": {"max_relative_error": 1e-3, "max_absolute_error": 1e-4}}
+                        "correctness": {"max_relative_error": 1e-3, "max_absolute_error": 1e-4}, "fib": FIB_PASSED}
     append_traces(path, [to_trace(task.definition.name, w, name, WorkloadResult(uuid=w.uuid, **result), "cpu")
                          for w in workloads])
     return path
+
+
+# flashinfer-bench's verdict as the checker records it beside evoteam's (check.fib_verdict): a pass
+FIB_PASSED = {"status": "PASSED", "elements_failed": 0, "max_absolute_error": 1e-4, "max_relative_error": 1e-3,
+              "atol": 1e-2, "rtol": 1e-2}
 
 
 def _files(root):
@@ -112,7 +117,8 @@ def test_a_bench_output_exports_with_its_solution_and_loads(tmp_path):
     # bench names the kernel by its task and content, unique across tasks
     named = solution_name("mla_decode", CANDIDATE.read_text())
     assert {t.solution for t in load_traces(traces)} == {named}
-    assert f"--solution {named}=PATH" in missing.stderr and not out.exists()  # nothing half-written
+    assert "--solution PATH" in missing.stderr and "=PATH" not in missing.stderr  # a content name: by content alone
+    assert not out.exists()  # nothing half-written
     assert export_main([str(out), "--traces", str(traces), "--solution", str(CANDIDATE)]) == 0
     trace_set = fib_data.TraceSet.from_path(str(out))
     name = mla.definition.name
@@ -448,20 +454,297 @@ def test_workloads_with_regenerated_data_have_uuids_of_their_own_in_workloads_an
     assert _check_blobs(out, trace_set) == 2 * 47
 
 
-def test_check_only_traces_carry_no_performance_and_load(tmp_path):
+def test_check_only_traces_carry_no_performance_and_go_where_flashinfer_bench_does_not_count_them(tmp_path):
     """bench --check-only times nothing (the judge's result has no times): flashinfer-bench requires performance of a
-    PASSED evaluation, so the trace's evaluation is null (it loads there, claiming no time) and the check's verdict
-    is in its "check" field, which evoteam reads back."""
+    PASSED evaluation, so the trace's evaluation is null and the check's verdict is in its "check" field. Exported, it
+    goes to checks/, which flashinfer-bench does not read: in traces/ it loaded, but summary() counted it failed and
+    Trace.is_successful() raised. evoteam reads it back there."""
     mla = load_task("mla_decode")
     name = solution_name_of_file("mla_decode", CANDIDATE)
     checked = {"status": Status.PASSED, "detail": "PASSED (3 trials, max rel-norm 0.0e+00)",
-               "correctness": {"max_relative_error": 0.0, "max_absolute_error": 0.0}}
+               "correctness": {"max_relative_error": 0.0, "max_absolute_error": 0.0}, "fib": FIB_PASSED}
     traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1], name, checked)
+    timed = _bench_traces(tmp_path / "timed.jsonl", "mla_decode", mla.scaled_workloads("small")[1:2], name)
     (line,) = [json.loads(text) for text in traces.read_text().splitlines()]
     assert line["evaluation"] is None and line["check"]["status"] == "PASSED" and line["check"]["performance"] is None
     out = tmp_path / "dataset"
-    assert export_main([str(out), "--traces", str(traces), "--solution", str(CANDIDATE)]) == 0
-    (trace,) = fib_data.TraceSet.from_path(str(out)).traces[mla.definition.name]
-    assert trace.solution == name and trace.evaluation is None
-    (ours,) = load_traces(out / "traces" / mla.definition.op_type / f"{mla.definition.name}.jsonl")
-    assert ours.evaluation is None and ours.check.status == "PASSED" and ours.check.performance is None
+    assert export_main([str(out), "--traces", str(traces), "--traces", str(timed), "--solution", str(CANDIDATE)]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(out))
+    summary = trace_set.summary()
+    assert (summary["total"], summary["passed"], summary["failed"]) == (1, 1, 0), summary
+    assert all(t.is_successful() for t in trace_set.traces[mla.definition.name])
+    (ours,) = load_traces(out / "checks" / mla.definition.op_type / f"{mla.definition.name}.jsonl")
+    assert ours.solution == name and ours.evaluation is None and ours.check.status == "PASSED"
+    assert ours.check.performance is None and trace_set.get_solution(name) is not None
+
+
+def test_exported_kernel_files_build_in_flashinfer_bench(tmp_path):
+    """A kernel file is exported as a solution flashinfer-bench's own builder builds and runs: a dot in its stem
+    (its builder imports `a.b.py` as a submodule of a package `a`) is not in the exported file's name; plain PyTorch
+    is language python (its dependencies have no Triton), a Triton kernel triton; the packages it imports are its
+    dependencies. The same bytes under two file names are one source."""
+    from flashinfer_bench.compile import BuilderRegistry
+
+    mla = load_task("mla_decode")
+    dotted = tmp_path / "mla.torch.v2.py"
+    dotted.write_text(CANDIDATE.read_text())
+    twin = tmp_path / "copy" / "mla_torch_copy.py"
+    twin.parent.mkdir()
+    twin.write_text(CANDIDATE.read_text())
+    workloads = mla.scaled_workloads("small")[:1]
+    torch_traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", workloads,
+                                 solution_name_of_file("mla_decode", dotted))
+    triton_traces = _bench_traces(tmp_path / "s.jsonl", "mla_decode", workloads,
+                                  solution_name_of_file("mla_decode", MLA_SEED))
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(torch_traces), "--traces", str(triton_traces), "--solution",
+                        str(dotted), "--solution", str(twin), "--solution", str(MLA_SEED)]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(out))
+    solutions = {s.sources[0].content: s for s in trace_set.solutions[mla.definition.name]}
+    plain, triton = solutions[CANDIDATE.read_text()], solutions[MLA_SEED.read_text()]
+    assert plain.sources[0].path == "mla_torch_v2.py" and plain.spec.entry_point == "mla_torch_v2.py::run"
+    assert plain.spec.language.value == "python" and plain.spec.dependencies == ["torch"]
+    assert triton.spec.language.value == "triton" and "triton" in triton.spec.dependencies
+    # flashinfer-bench builds it and runs it (destination-passing, inputs then outputs in the definition's order)
+    definition = trace_set.definitions[mla.definition.name]
+    runnable = BuilderRegistry.get_instance().build(definition, plain)
+    inputs = mla.make_inputs(workloads[0], torch.Generator().manual_seed(0), "cpu")
+    ref = mla.reference(inputs)
+    outputs = {n: torch.empty_like(t) for n, t in ref.items()}
+    runnable(*inputs.values(), *outputs.values())
+    torch.testing.assert_close(outputs["output"].float(), ref["output"].float(), atol=1e-2, rtol=1e-2)
+
+
+def test_a_name_that_is_a_path_is_refused_and_nothing_is_written_outside_the_folder(tmp_path, capsys):
+    """A Solution's name is any string, from JSON anyone writes: one that is a path (`../`) would put its file outside
+    the dataset folder, over what is there. Refused in one line before anything is written; so is a folder whose
+    solutions/ is a link that leads out of it."""
+    mla = load_task("mla_decode")
+    victim = tmp_path / "victim.json"
+    victim.write_text("not yours")
+    name = "../../../../victim"  # solutions/<op_type>/<definition>/<name>.json: tmp_path/victim.json
+    evil = tmp_path / "evil.json"
+    evil.write_text(json.dumps(solution_of_path(CANDIDATE, mla.definition.name, name=name).to_json()))
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1], name)
+    out = tmp_path / "dataset"
+    capsys.readouterr()
+    assert export_main([str(out), "--traces", str(traces), "--solution", str(evil)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot name a file" in err and "path separator" in err, err
+    assert victim.read_text() == "not yours" and not out.exists()
+    # a link in the folder that leads out of it
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "solutions").symlink_to(elsewhere)
+    honest = _bench_traces(tmp_path / "h.jsonl", "mla_decode", mla.scaled_workloads("small")[:1],
+                           solution_name_of_file("mla_decode", CANDIDATE))
+    assert export_main([str(out), "--traces", str(honest), "--solution", str(CANDIDATE)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "leads out of" in err, err
+    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in out.iterdir()) == ["solutions"]
+
+
+def test_the_folders_definitions_are_read_as_flashinfer_bench_reads_them(tmp_path, capsys):
+    """flashinfer-bench reads definitions/ at any depth and refuses a name defined twice: the same definition saved
+    under another path is not written again (the folder still loads), and another definition of the name is
+    refused before anything is written (its traces would be read against a definition they were not judged by)."""
+    mla = load_task("mla_decode")
+    staged = tmp_path / "staged"
+    assert export_main([str(staged), "--task", "mla_decode", "--scale", "small"]) == 0
+    definition = fib_data.TraceSet.from_path(str(staged)).definitions[mla.definition.name]
+    root = tmp_path / "fib"
+    fib_data.save_json_file(definition, root / "definitions" / "mine" / "mla.json")  # not evoteam's path
+    assert export_main([str(root), "--task", "mla_decode", "--scale", "small"]) == 0
+    trace_set = fib_data.TraceSet.from_path(str(root))
+    assert list(trace_set.definitions) == [mla.definition.name] and len(trace_set.workloads[mla.definition.name]) == 4
+    assert not (root / "definitions" / mla.definition.op_type).exists()
+    # another definition of the name: its reference doubles the output
+    other = root.parent / "other"
+    changed = definition.model_copy(update={"reference": definition.reference + "\n# another definition\n"})
+    fib_data.save_json_file(changed, other / "definitions" / "theirs.json")
+    before = _files(other)
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:1],
+                           solution_name_of_file("mla_decode", CANDIDATE))
+    capsys.readouterr()
+    assert export_main([str(other), "--traces", str(traces), "--solution", str(CANDIDATE)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another definition named" in err and "theirs.json" in err, err
+    assert _files(other) == before
+
+
+def test_a_content_name_is_credited_only_to_the_file_of_that_content(tmp_path, capsys):
+    """bench names a kernel file by its content's hash: traces of that name are the measurements of that content. Given
+    another file for the name (a kernel that writes zeros, or the kernel edited since), `--solution NAME=PATH` is
+    refused in one line, and the refusal for a missing source never suggests that form for a content name."""
+    mla = load_task("mla_decode")
+    named = solution_name_of_file("mla_decode", CANDIDATE)
+    traces = _bench_traces(tmp_path / "t.jsonl", "mla_decode", mla.scaled_workloads("small")[:2], named)
+    zeros = tmp_path / "mla_torch.py"
+    zeros.write_text(MLA_ZEROS)
+    out = tmp_path / "dataset"
+    capsys.readouterr()
+    assert export_main([str(out), "--traces", str(traces), "--solution", f"{named}={zeros}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "unchanged" in err and not out.exists(), err
+    # the file edited since, given as PATH: not the source of the name, and the refusal says what is
+    edited = tmp_path / "edited" / CANDIDATE.name
+    edited.parent.mkdir()
+    edited.write_text(CANDIDATE.read_text() + "\n# edited\n")
+    assert export_main([str(out), "--traces", str(traces), "--solution", str(edited)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--solution PATH" in err and f"{named}=PATH" not in err and not out.exists(), err
+    # the file itself, either way
+    assert export_main([str(out), "--traces", str(traces), "--solution", f"{named}={CANDIDATE}"]) == 0
+    (solution,) = fib_data.TraceSet.from_path(str(out)).solutions[mla.definition.name]
+    assert solution.name == named and solution.sources[0].content == CANDIDATE.read_text()
+
+
+# KDA: the reference's own math, then one element of final_state moved 0.02 (the one nearest zero): within evoteam's
+# atol 3e-2 for final_state (fla's own kernel needs it), past flashinfer-bench's atol = rtol = 1e-2
+KDA_OFF_BY_002 = """
+
+def planted(output, final_state, **inputs):
+    out, state = run(**inputs)
+    output.copy_(out)
+    final_state.copy_(state)
+    flat = final_state.view(-1)
+    flat[int(flat.abs().argmin())] += 0.02
+"""
+
+
+def test_a_pass_flashinfer_bench_would_not_give_is_exported_as_its_verdict(tmp_path, capsys):
+    """bench judges by evoteam's rule and records flashinfer-bench's verdict on the same outputs beside it; the export
+    gives flashinfer-bench's verdict (INCORRECT_NUMERICAL, no time) where the two differ, and refuses a PASSED trace
+    that records no verdict of flashinfer-bench's; `bench --fib-rule` judges by its rule outright."""
+    kda = load_task("kda_prefill")
+    kernel = tmp_path / "kda_off.py"
+    kernel.write_text(kda.definition.reference + KDA_OFF_BY_002)
+    workload = kda.scaled_workloads("small")[0]
+    traces = {}
+    for rule, flags in (("evoteam", []), ("flashinfer-bench", ["--fib-rule"])):
+        traces[rule] = tmp_path / f"{rule}.jsonl"
+        bench = subprocess.run([sys.executable, "-m", "evoteam.bench", str(kernel), "--entry", "planted", "--task",
+                                "kda_prefill", "--hardware", "cpu", "--scale", "small", "--workloads",
+                                workload.uuid[:8], "--warmup", "0", "--reps", "2", "--traces", str(traces[rule]),
+                                *flags], capture_output=True, text=True, timeout=600)
+        assert bench.returncode == (0 if rule == "evoteam" else 1), bench.stdout[-2000:] + bench.stderr[-2000:]
+    (own,), (fib,) = load_traces(traces["evoteam"]), load_traces(traces["flashinfer-bench"])
+    assert own.evaluation.status == "PASSED" and fib.evaluation.status == "INCORRECT_NUMERICAL", fib.evaluation.log
+    verdict = own.evaluation.correctness.extra["flashinfer-bench"]
+    assert verdict["status"] == "INCORRECT_NUMERICAL" and verdict["elements_failed"] >= 1, verdict
+    assert 0.019 < verdict["max_absolute_error"] < 0.021 and "flashinfer-bench's rule: INCORRECT_NUMERICAL" in \
+        own.evaluation.log
+    assert fib.evaluation.correctness.extra["flashinfer-bench"]["status"] == "INCORRECT_NUMERICAL"
+    out = tmp_path / "dataset"
+    assert export_main([str(out), "--traces", str(traces["evoteam"]), "--solution", str(kernel)]) == 0
+    (exported,) = fib_data.TraceSet.from_path(str(out)).traces[kda.definition.name]
+    assert exported.evaluation.status.value == "INCORRECT_NUMERICAL" and exported.evaluation.performance is None
+    assert 0.019 < exported.evaluation.correctness.max_absolute_error < 0.021
+    assert "exported with flashinfer-bench's verdict" in exported.evaluation.log
+    # a PASSED trace of an older evoteam: no record of flashinfer-bench's verdict
+    older = tmp_path / "older.jsonl"
+    line = json.loads(traces["evoteam"].read_text())
+    del line["evaluation"]["correctness"]["extra"]["flashinfer-bench"]
+    older.write_text(json.dumps(line) + "\n")
+    capsys.readouterr()
+    assert export_main([str(tmp_path / "other"), "--traces", str(older), "--solution", str(kernel)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no record of flashinfer-bench's verdict" in err, err
+    assert not (tmp_path / "other").exists()
+    # a record not written by evoteam (a verdict without its errors): one line too, not a traceback
+    line = json.loads(traces["evoteam"].read_text())
+    line["evaluation"]["correctness"]["extra"]["flashinfer-bench"] = {"status": "INCORRECT_NUMERICAL"}
+    older.write_text(json.dumps(line) + "\n")
+    assert export_main([str(tmp_path / "other"), "--traces", str(older), "--solution", str(kernel)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no errors" in err and not (tmp_path / "other").exists(), err
+
+
+def _solution_json(path, name, definition, kernel_source, file="main.py"):
+    spec = {"language": "python", "target_hardware": ["cpu"], "entry_point": f"{file}::run",
+            "destination_passing_style": True}
+    path.write_text(json.dumps({"name": name, "definition": definition, "author": "tests", "spec": spec,
+                                "sources": [{"path": file, "content": kernel_source}]}))
+    return path
+
+
+def test_the_round_trip_works_for_a_full_scale_export_and_a_datasets_own_workloads(tmp_path, capsys):
+    """run_dataset -> export: the traces of evoteam's own full-scale MLA export (its workloads under uuids of their
+    own) export as they are; so do the traces of a dataset flashinfer-bench wrote with workloads of its own and a
+    definition evoteam does not have, taken with their blobs from `--dataset`, the folder they were run on. Without
+    it, one line says to give it."""
+    from evoteam import dataset
+    from evoteam.blobs import write_safetensors
+    from evoteam.run_dataset import main as run_dataset
+
+    mla = load_task("mla_decode")
+    name = mla.definition.name
+    # 1. evoteam's full-scale export: its traces (as run_dataset writes them) name the export's uuids
+    full = tmp_path / "full"
+    assert export_main([str(full), "--task", "mla_decode"]) == 0
+    held = load_task(dataset.task_name(full, name)).workloads[:2]
+    assert all(w.uuid not in {u.uuid for u in mla.workloads} for w in held)
+    traces = _bench_traces(tmp_path / "full.jsonl", "mla_decode", held, "mla_torch_solution")
+    solution = _solution_json(tmp_path / "mla.json", "mla_torch_solution", name, CANDIDATE.read_text(), "mla_torch.py")
+    for out, given in ((tmp_path / "from_full", []), (tmp_path / "from_full_dataset", ["--dataset", str(full)])):
+        assert export_main([str(out), "--traces", str(traces), "--solution", str(solution), *given]) == 0
+        trace_set = fib_data.TraceSet.from_path(str(out))
+        assert sorted(t.workload.uuid for t in trace_set.traces[name]) == sorted(w.uuid for w in held)
+        assert _check_blobs(out, trace_set) == 2 * 2  # the index tensors evoteam makes, bit for bit
+    # 2. a dataset of its own: workloads flashinfer-bench wrote, a definition evoteam lacks, both run by run_dataset
+    root = tmp_path / "fib"
+    (root / "definitions").mkdir(parents=True)
+    (root / "definitions" / "scale_fp8_n.json").write_text(json.dumps(FP8_DEFINITION))
+    write_safetensors(root / "blob" / "w1.safetensors", {"offsets": torch.arange(300, dtype=torch.int32)})
+    (root / "workloads").mkdir()
+    (root / "workloads" / "scale_fp8_n.jsonl").write_text(json.dumps(
+        {"definition": "scale_fp8_n", "solution": None, "evaluation": None,
+         "workload": {"axes": {"n": 300}, "uuid": "7f0c1a52-0000-4000-8000-000000000001",
+                      "inputs": {"x": {"type": "random"}, "offsets": {"type": "safetensors", "path": "./blob/w1.safetensors",
+                                                                      "tensor_key": "offsets"}}}}) + "\n")
+    small = tmp_path / "small"
+    assert export_main([str(small), "--task", "mla_decode", "--scale", "small"]) == 0
+    source = fib_data.TraceSet.from_path(str(small))
+    theirs = fib_data.TraceSet(root=root, definitions={name: source.definitions[name]})
+    fib_data.save_json_file(source.definitions[name], root / "definitions" / "mla.json")
+    w = source.workloads[name][0].workload
+    own_uuid = "0b5e2c3a-1111-4222-8333-944455556666"  # the dataset's own workload
+    blobs = {n: spec for n, spec in w.inputs.items() if spec.type == "safetensors"}
+    path = theirs.add_workload_blob_tensor(name, own_uuid, {n: source.get_workload_blob_tensor(spec.path)[
+        spec.tensor_key] for n, spec in blobs.items()})
+    inputs = {n: fib_data.SafetensorsInput(path=path, tensor_key=n) if n in blobs else spec for n, spec in w.inputs.items()}
+    theirs.add_workload_traces([fib_data.Trace(definition=name, workload=fib_data.Workload(axes=w.axes, inputs=inputs,
+                                                                                          uuid=own_uuid))])
+    solutions = [_solution_json(tmp_path / "fp8.json", "scale_fp8_torch", "scale_fp8_n",
+                                FP8_SOLUTION["sources"][0]["content"]), solution]
+    for s in solutions:
+        (root / "solutions").mkdir(exist_ok=True)
+        (root / "solutions" / s.name).write_text(s.read_text())
+    run = tmp_path / "run.jsonl"
+    assert run_dataset([str(root), "--hardware", "cpu", "--traces", str(run), "--warmup", "0", "--reps", "2"]) == 0
+    given = [arg for s in solutions for arg in ("--solution", str(s))]
+    out = tmp_path / "export"
+    capsys.readouterr()
+    assert export_main([str(out), "--traces", str(run), *given]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dataset DIR" in err and not out.exists(), err
+    assert export_main([str(out), "--traces", str(run), *given, "--dataset", str(root)]) == 0
+    exported, written = fib_data.TraceSet.from_path(str(out)), fib_data.TraceSet.from_path(str(root))
+    assert set(exported.definitions) == {name, "scale_fp8_n"}
+    for definition in (name, "scale_fp8_n"):
+        (mine,) = exported.workloads[definition]
+        (there,) = written.workloads[definition]
+        assert mine.workload.uuid == there.workload.uuid and mine.workload.axes == there.workload.axes
+        for n, spec in there.workload.inputs.items():
+            if spec.type == "safetensors":  # in the export's own blob, bit for bit
+                want = written.get_workload_blob_tensor(spec.path)[spec.tensor_key]
+                got = exported.get_workload_blob_tensor(mine.workload.inputs[n].path)[mine.workload.inputs[n].tensor_key]
+                assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (definition, n)
+        (trace,) = exported.traces[definition]
+        assert trace.evaluation.status.value == "PASSED" and trace.workload == mine.workload, trace.evaluation.log
+    # into the folder it ran on: its own workloads stay where they are, the traces are added
+    assert export_main([str(root), "--traces", str(run), *given]) == 0
+    again = fib_data.TraceSet.from_path(str(root))
+    assert {d: len(t) for d, t in again.traces.items()} == {name: 1, "scale_fp8_n": 1}
+    assert {d: len(w) for d, w in again.workloads.items()} == {name: 1, "scale_fp8_n": 1}

@@ -62,8 +62,8 @@ def test_fla_chunk_kda_passes_our_checker(hw):
         pytest.skip(reason)
     # The smallest workload of each kind: both gate forms, with and without initial state, varlen.
     picked = {}
-    for w in sorted(task.workloads, key=lambda w: w.axes["total_seq_len"] * w.axes["num_heads"]):
-        kind = (w.inputs["bounded_gate"].value, w.inputs["has_initial_state"].value, w.axes["num_seqs"] > 1)
+    for w in sorted(task.workloads, key=lambda w: w.axes["seq_len"] * w.axes["num_v_heads"]):
+        kind = (w.inputs["bounded_gate"].value, w.inputs["has_initial_state"].value, w.axes["num_sequences"] > 1)
         picked.setdefault(kind, w)
     for workload in picked.values():
         result = check_kernel(task, workload, _adapter_as_kernel(adapter, task, workload), seed=2, device="cuda")
@@ -101,7 +101,7 @@ def test_fla_is_timed_by_graph_replay_with_more_input_sets_than_its_index_cache_
     task = load_task("kda_prefill")
     if baselines.FlaChunkKDA().unavailable_reason(task, hw):
         pytest.skip("fla is not installed")
-    smallest = min(task.workloads, key=lambda w: w.axes["total_seq_len"] * w.axes["num_heads"])
+    smallest = min(task.workloads, key=lambda w: w.axes["seq_len"] * w.axes["num_v_heads"])
     request = EvalRequest(task="kda_prefill", hardware=hw.name, workloads=[smallest.uuid],
                           solution=str(REPO / "kernels" / "kda_prefill" / "chunk_triton.py"),
                           baseline="fla", timing_mode="graph", warmup=2, reps=5)

@@ -22,6 +22,7 @@ from evoteam.harness.shared import FlagPage
 from evoteam.task import load_task
 
 TASK = load_task("mla_decode")
+STILL_S = 1.0  # nothing running for this long, while the judge waits for a word: a deadlock
 
 
 def _honest(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse):
@@ -70,19 +71,25 @@ class ModelHandle:
         return self.reply
 
     def wait_flag(self, offset: int, value: int, deadline: float, what: str = "") -> dict | None:
+        still_since = None  # nothing ran and no runner thread was alive since then
         while self.flags.get(offset) < value:
             progressed = self.model.step()
             busy = (self.thread is not None and self.thread.is_alive()) or any(
                 t.name == "evoteam-arm" and t.is_alive() for t in threading.enumerate())
             if self.thread is not None and not busy and self.reply is not None and not self.reply.get("ok"):
                 return self.reply
-            if not progressed and not busy:
+            if progressed or busy:
+                still_since = None
+            elif still_since is None:
+                still_since = time.monotonic()
+            elif time.monotonic() - still_since > STILL_S:  # a moment's grace: a thread that just ended
                 self.kill()
-                raise RunnerFault(Status.TIMEOUT, f"deadlock: {self.model.describe_blocked()}")
+                raise RunnerFault(Status.TIMEOUT, f"deadlock waiting for word {offset} >= {value} (it holds "
+                                  f"{self.flags.get(offset)}; reply {self.reply}): {self.model.describe_blocked()}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise RunnerFault(Status.TIMEOUT, "no signal in time")
-            time.sleep(0)
+            time.sleep(0.0005)
         return None
 
     def kill(self) -> None:

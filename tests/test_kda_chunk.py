@@ -69,7 +69,7 @@ def test_chunk_passes_the_checker(tmp_path, uuid, point):
         result = check_kernel(KDA, SMALL[uuid], module.run, trials=3, seed=4400, device="cpu")
     assert result.passed, result.summary()
     # bf16 operands on tensor cores, like fla's chunk_kda (5e-3 there): well inside the 1e-2 bounds
-    assert result.errors["o"].rel_norm < 7e-3 and result.errors["final_state"].rel_norm < 7e-3
+    assert result.errors["output"].rel_norm < 7e-3 and result.errors["final_state"].rel_norm < 7e-3
 
 
 @pytest.mark.parametrize("uuid,point", POINTS)
@@ -94,7 +94,7 @@ def inputs(lengths, heads, bounded, has_h0, seed, gate_mean=0.0, gate_std=1.0):
     dt = torch.exp(torch.rand(heads, K, generator=g) * (math.log(1e-1) - math.log(1e-3)) + math.log(1e-3))
     return {
         "q": randn(T, heads, K).to(bf), "k": randn(T, heads, K).to(bf), "v": randn(T, heads, K).to(bf),
-        "g_raw": (randn(T, heads, K) * gate_std + gate_mean).to(bf), "beta_logits": randn(T, heads).to(bf),
+        "g": (randn(T, heads, K) * gate_std + gate_mean).to(bf), "beta": randn(T, heads).to(bf),
         "A_log": torch.log(torch.rand(heads, generator=g) * 15 + 1), "dt_bias": dt + torch.log(-torch.expm1(-dt)),
         "initial_state": randn(N, heads, K, K) * 0.5 if has_h0 else torch.full((N, heads, K, K), float("nan")),
         "cu_seqlens": torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32),
@@ -107,10 +107,10 @@ def rel_errors(module, inp):
     N = inp["cu_seqlens"].numel() - 1
     o = torch.full((T, H, K), float("nan"), dtype=torch.bfloat16)
     final_state = torch.full((N, H, K, K), float("nan"))
-    module.run(**inp, o=o, final_state=final_state)
+    module.run(**inp, output=o, final_state=final_state)
     ref = KDA.reference(inp)
     return tuple(((out.double() - ref[name].double()).norm() / ref[name].double().norm()).item()
-                 for name, out in (("o", o), ("final_state", final_state)))
+                 for name, out in (("output", o), ("final_state", final_state)))
 
 
 @pytest.mark.parametrize("bounded", [False, True])
@@ -177,7 +177,7 @@ def assert_runs_change_no_bit(tmp_path, point, segments, inp):
     for module in (whole, cut):
         o = torch.full((T, H, K), float("nan"), dtype=torch.bfloat16)
         final_state = torch.full((N, H, K, K), float("nan"))
-        module.run(**inp, o=o, final_state=final_state)
+        module.run(**inp, output=o, final_state=final_state)
         outs.append((o, final_state))
     assert not torch.isnan(outs[1][0]).any() and not torch.isnan(outs[1][1]).any()
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])

@@ -20,12 +20,12 @@ from evoteam.task import load_module_from_path, load_task  # noqa: E402
 TASK = load_task("kda_prefill")
 # Loaded afresh here: a copy loaded earlier in the session may have been decorated without the interpreter.
 ORACLE = load_module_from_path(TASK.folder / "oracle.py", "test_kda_oracle_interpreted")
-REFERENCE = load_module_from_path(TASK.folder / "reference.py", "test_kda_oracle_reference")
+REFERENCE = TASK.reference_module  # the definition's reference code
 
 
 def make_case(lengths, H=2, K=128, V=128, bounded_gate=False, has_initial_state=True, gate_spread=1.0, seed=0):
     """Random inputs drawn as kernels/kda_prefill/task.py draws them, for sequences of the given lengths;
-    `gate_spread` widens g_raw (past softplus's threshold of 20, and to where log1p(exp(x)) underflows)."""
+    `gate_spread` widens the raw gate g (past softplus's threshold of 20, and to where log1p(exp(x)) underflows)."""
     g = torch.Generator().manual_seed(seed)
     T, N = sum(lengths), len(lengths)
     bf16 = torch.bfloat16
@@ -39,7 +39,7 @@ def make_case(lengths, H=2, K=128, V=128, bounded_gate=False, has_initial_state=
     dt = torch.exp(uniform(H * K, low=math.log(1e-3), high=math.log(1e-1)))
     return {
         "q": randn(T, H, K).to(bf16), "k": randn(T, H, K).to(bf16), "v": randn(T, H, V).to(bf16),
-        "g_raw": (randn(T, H, K) * gate_spread).to(bf16), "beta_logits": randn(T, H).to(bf16),
+        "g": (randn(T, H, K) * gate_spread).to(bf16), "beta": randn(T, H).to(bf16),
         "A_log": torch.log(uniform(H, low=1.0, high=16.0)), "dt_bias": dt + torch.log(-torch.expm1(-dt)),
         # Without an initial state it must not be read: NaN there would show in the outputs.
         "initial_state": randn(N, H, K, V) * 0.1 if has_initial_state else torch.full((N, H, K, V), float("nan")),
@@ -77,7 +77,7 @@ def test_oracle_matches_reference_under_interpreter(gate, has_initial_state):
     inputs = make_case([5, 32, 0, 27], bounded_gate=gate == "bounded", has_initial_state=has_initial_state,
                        gate_spread=12.0 if gate == "softplus_wide" else 1.0, seed=len(gate) + has_initial_state)
     if gate == "softplus_wide":
-        x = inputs["g_raw"].float() + inputs["dt_bias"].view(2, 128)
+        x = inputs["g"].float() + inputs["dt_bias"].view(2, 128)
         assert (x > 20).any() and (x < -17).any()  # both ends of softplus are exercised
     snapshot = {n: x.clone() for n, x in inputs.items() if isinstance(x, torch.Tensor)}
     assert_agree(run(ORACLE, inputs), run(REFERENCE, inputs))
@@ -102,7 +102,7 @@ def test_task_reference_uses_reference_py_on_cpu(monkeypatch):
     inputs = make_case([3, 6], seed=7)
     out = TASK.reference(inputs)
     ref = REFERENCE.run(*[inputs[n] for n in TASK.definition.inputs])
-    assert torch.equal(out["o"], ref[0]) and torch.equal(out["final_state"], ref[1])
+    assert torch.equal(out["output"], ref[0]) and torch.equal(out["final_state"], ref[1])
 
 
 def test_task_reference_uses_the_oracle_on_cuda_inputs(monkeypatch):
@@ -112,9 +112,9 @@ def test_task_reference_uses_the_oracle_on_cuda_inputs(monkeypatch):
     monkeypatch.setattr(TASK.oracle_module, "run", lambda *args: ("oracle o", "oracle state"))
     monkeypatch.setattr(TASK.reference_module, "run", lambda *args: ("reference o", "reference state"))
     monkeypatch.delenv("TRITON_INTERPRET")
-    assert TASK.reference(inputs) == {"o": "oracle o", "final_state": "oracle state"}
+    assert TASK.reference(inputs) == {"output": "oracle o", "final_state": "oracle state"}
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert TASK.reference(inputs) == {"o": "reference o", "final_state": "reference state"}
+    assert TASK.reference(inputs) == {"output": "reference o", "final_state": "reference state"}
     # Output count is still checked.
     monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(TASK.oracle_module, "run", lambda *args: ("only o",))

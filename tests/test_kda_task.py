@@ -10,18 +10,17 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import json  # noqa: E402
 import math  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from evoteam.task import Tolerance, load_module_from_path, load_task, scaled_uuid  # noqa: E402
 
-from conftest import seed_kernel
+from conftest import REPO, seed_kernel
 
 TASK = load_task("kda_prefill")
 SMALL = TASK.scaled_workloads("small")
-INPUT_NAMES = ["q", "k", "v", "g_raw", "beta_logits", "A_log", "dt_bias", "initial_state", "cu_seqlens",
+INPUT_NAMES = ["q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state", "cu_seqlens",
                "scale", "bounded_gate", "lower_bound", "has_initial_state"]
 
 
@@ -52,7 +51,7 @@ def kda_float64(inputs, skip=None, read_before_update=False):
     q, k, v = (inputs[n].to(d) for n in ("q", "k", "v"))
     T, H, K = q.shape
     V = v.shape[-1]
-    x = inputs["g_raw"].to(d) + inputs["dt_bias"].to(d).reshape(H, K)
+    x = inputs["g"].to(d) + inputs["dt_bias"].to(d).reshape(H, K)
     a = torch.exp(inputs["A_log"].to(d))
     cu = inputs["cu_seqlens"].tolist()
     o = torch.zeros(T, H, V, dtype=d)
@@ -71,7 +70,7 @@ def kda_float64(inputs, skip=None, read_before_update=False):
                     g = inputs["lower_bound"] / (1 + torch.exp(-a[h] * x[t, h]))
                 else:
                     g = -a[h] * torch.log1p(torch.exp(x[t, h]))
-                b = 1 / (1 + math.exp(-float(inputs["beta_logits"][t, h])))
+                b = 1 / (1 + math.exp(-float(inputs["beta"][t, h])))
                 if skip == (n, i):
                     o[t, h] = S.T @ qt
                     continue
@@ -96,10 +95,10 @@ def small_cases():
 
 def test_workloads_load_and_are_reproducible(tmp_path):
     d = TASK.definition
-    assert d.name == "kda_chunk_prefill_k128_v128" and d.op_type == "kda_prefill"
-    assert list(d.inputs) == INPUT_NAMES and list(d.outputs) == ["o", "final_state"]
-    assert d.const_axes() == {"head_dim_k": 128, "head_dim_v": 128}
-    assert "def run(" in d.reference  # filled from reference.py
+    assert d.name == "kda_prefill_d128" and d.op_type == "kda"
+    assert list(d.inputs) == INPUT_NAMES and list(d.outputs) == ["output", "final_state"]
+    assert d.const_axes() == {"head_dim": 128}
+    assert "def run(" in d.reference  # inline in definition.json
 
     ws = TASK.workloads
     assert 20 <= len(ws) <= 30
@@ -110,15 +109,15 @@ def test_workloads_load_and_are_reproducible(tmp_path):
         assert w.uuid == gen.workload_uuid(key)
         cu = TASK.module.cu_seqlens_of(w)  # checks cu_seqlens against the axes
         assert cu.dtype == torch.int32 and min(lengths_of(cu)) >= 1
-        assert w.axes["num_heads"] in (8, 16, 32)
-        assert 1024 <= w.axes["total_seq_len"] <= 16384
-    heads_by_total = {(w.axes["total_seq_len"], w.axes["num_heads"]) for w in ws}
+        assert w.axes["num_v_heads"] in (8, 16, 32)
+        assert 1024 <= w.axes["seq_len"] <= 16384
+    heads_by_total = {(w.axes["seq_len"], w.axes["num_v_heads"]) for w in ws}
     assert (16384, 32) in heads_by_total
     bounded = [w.inputs["bounded_gate"].value for w in ws]
     init = [w.inputs["has_initial_state"].value for w in ws]
     assert any(bounded) and not all(bounded) and any(init) and not all(init)
     varlen = [w for w in ws if len(set(lengths_of(TASK.module.cu_seqlens_of(w)))) > 1]
-    assert 4 <= len(varlen) and max(w.axes["num_seqs"] for w in varlen) >= 8
+    assert 4 <= len(varlen) and max(w.axes["num_sequences"] for w in varlen) >= 8
 
     # Regenerating gives the same files, byte for byte.
     gen.write(tmp_path)
@@ -136,7 +135,7 @@ def test_small_scale():
     assert 3 <= len(SMALL) <= 4
     for w in SMALL:
         assert w.uuid not in full and w.uuid == scaled_uuid(w.origin, "small") and w.axes != full[w.origin].axes
-        assert w.axes["num_heads"] == 2 and w.axes["total_seq_len"] <= 256
+        assert w.axes["num_v_heads"] == 2 and w.axes["seq_len"] <= 256
         assert w.inputs["bounded_gate"] == full[w.origin].inputs["bounded_gate"]
         assert w.inputs["has_initial_state"] == full[w.origin].inputs["has_initial_state"]
         TASK.module.cu_seqlens_of(w)
@@ -172,9 +171,9 @@ def test_make_inputs_deterministic_and_well_formed():
 
 
 def test_min_bytes():
-    w = next(w for w in TASK.workloads if w.inputs["has_initial_state"].value and w.axes["num_seqs"] > 1)
+    w = next(w for w in TASK.workloads if w.inputs["has_initial_state"].value and w.axes["num_sequences"] > 1)
     inputs = TASK.make_inputs(w, torch.Generator().manual_seed(0), "cpu")
-    T, H, N = w.axes["total_seq_len"], w.axes["num_heads"], w.axes["num_seqs"]
+    T, H, N = w.axes["seq_len"], w.axes["num_v_heads"], w.axes["num_sequences"]
     state = N * H * 128 * 128 * 4
     expected = T * H * 128 * 2 * 5 + T * H * 2 + H * 4 + H * 128 * 4 + (N + 1) * 4 + 2 * state
     assert TASK.min_bytes(w, inputs) == expected
@@ -186,22 +185,22 @@ def test_min_bytes():
 
 def test_reference_matches_float64(small_cases):
     for w, _, ref, (o64, final64) in small_cases:
-        assert ref["o"].dtype == torch.bfloat16 and ref["final_state"].dtype == torch.float32
+        assert ref["output"].dtype == torch.bfloat16 and ref["final_state"].dtype == torch.float32
         fs_err = (ref["final_state"].double() - final64).abs()
         assert fs_err.max().item() < 1e-4, small_id(w)
         assert (fs_err.norm() / final64.norm()).item() < 1e-5, small_id(w)
         # o is rounded to bf16 (8 significant bits) from a value that is ~1e-6 off.
-        o_err = (ref["o"].double() - o64).abs()
+        o_err = (ref["output"].double() - o64).abs()
         assert bool((o_err <= 2.0 ** -8 * o64.abs() + 1e-6).all()), small_id(w)
         assert torch.isfinite(ref["final_state"]).all()  # initial_state (NaN when absent) is not read
 
 
 def test_planted_errors_fail_the_tolerances(small_cases):
-    tol_o, tol_fs = TASK.tolerance("o"), TASK.tolerance("final_state")
+    tol_o, tol_fs = TASK.tolerance("output"), TASK.tolerance("final_state")
     assert tol_o == Tolerance(atol=1e-2, rtol=1e-2, max_rel_norm=1e-2)
     for w, inputs, _, (o64, final64) in small_cases:
         ref = TASK.reference(inputs)
-        assert within(o64, ref["o"], tol_o) and within(final64, ref["final_state"], tol_fs)
+        assert within(o64, ref["output"], tol_o) and within(final64, ref["final_state"], tol_fs)
         first_len = int(inputs["cu_seqlens"][1])
         # One token of the first sequence left out, 8 before its end. (Much further back, the
         # decay and the delta rule can have overwritten a token's contribution to the final state.)
@@ -209,7 +208,7 @@ def test_planted_errors_fail_the_tolerances(small_cases):
         assert not within(final_skip, ref["final_state"], tol_fs), small_id(w)
         # o read out before the delta update instead of after it.
         o_early, _ = kda_float64(inputs, read_before_update=True)
-        assert not within(o_early, ref["o"], tol_o), small_id(w)
+        assert not within(o_early, ref["output"], tol_o), small_id(w)
 
 
 # ----------------------------------------------------------------------------- seed kernel
@@ -233,7 +232,7 @@ def test_seed_kernel_matches_reference_under_interpreter(small_cases):
         # The seed keeps the recurrence in fp32 and rounds o to nearest: far inside the tolerances.
         # (Rounding o by truncation, as the interpreter's .to(tl.bfloat16) does, would give ~4e-3.)
         fs_err = (outs["final_state"] - ref["final_state"]).norm() / ref["final_state"].norm()
-        o_err = (outs["o"].double() - ref["o"].double()).norm() / ref["o"].double().norm()
+        o_err = (outs["output"].double() - ref["output"].double()).norm() / ref["output"].double().norm()
         assert fs_err.item() < 1e-5 and o_err.item() < 1e-3
 
 
@@ -246,7 +245,7 @@ def test_seed_kernel_passes_the_shared_checker():
         warnings.simplefilter("ignore", RuntimeWarning)
         result = check_kernel(TASK, w, kernel, seed=2024)
     assert result.passed, result.summary()
-    assert result.errors["final_state"].rel_norm < 1e-5 and result.errors["o"].rel_norm < 1e-3
+    assert result.errors["final_state"].rel_norm < 1e-5 and result.errors["output"].rel_norm < 1e-3
 
     def reads_absent_initial_state(**kw):
         kernel(**{**kw, "has_initial_state": True})
@@ -259,8 +258,9 @@ def test_seed_kernel_passes_the_shared_checker():
 
 
 def test_reference_runs_on_task_folder_path():
-    # The definition's reference text is the file's text.
-    assert TASK.definition.reference == Path(TASK.folder / "reference.py").read_text()
+    # The committed definition's reference is the code the task runs.
+    assert TASK.definition.reference == json.loads((TASK.folder / "definition.json").read_text())["reference"]
+    assert TASK.reference_module.__file__.endswith("definition.json:reference")
 
 
 @pytest.mark.parametrize("has_initial_state", [True, False])
@@ -276,14 +276,94 @@ def test_sequences_walked_side_by_side_get_what_each_gets_alone(has_initial_stat
         return torch.randn(*shape, generator=g)
 
     inputs = {"q": randn(T, H, K).bfloat16(), "k": randn(T, H, K).bfloat16(), "v": randn(T, H, K).bfloat16(),
-              "g_raw": randn(T, H, K).bfloat16(), "beta_logits": randn(T, H).bfloat16(), "A_log": randn(H),
+              "g": randn(T, H, K).bfloat16(), "beta": randn(T, H).bfloat16(), "A_log": randn(H),
               "dt_bias": randn(H * K), "initial_state": randn(N, H, K, K), "cu_seqlens": cu, "scale": K ** -0.5,
               "bounded_gate": False, "lower_bound": -5.0, "has_initial_state": has_initial_state}
     together = TASK.reference(inputs)
     for n in range(N):
         a, b = int(cu[n]), int(cu[n + 1])
-        alone = TASK.reference({**inputs, **{name: inputs[name][a:b] for name in ("q", "k", "v", "g_raw", "beta_logits")},
+        alone = TASK.reference({**inputs, **{name: inputs[name][a:b] for name in ("q", "k", "v", "g", "beta")},
                                 "initial_state": inputs["initial_state"][n:n + 1],
                                 "cu_seqlens": torch.tensor([0, b - a], dtype=torch.int32)})
-        assert torch.equal(together["o"][a:b], alone["o"]), n
+        assert torch.equal(together["output"][a:b], alone["output"]), n
         assert torch.equal(together["final_state"][n], alone["final_state"][0]), n
+
+
+# ----------------------------------------------------------------------------- FlashInfer's recurrent_kda
+# FlashInfer 0.7.4's trace template recurrent_kda (flashinfer/trace/templates/kda.py, as released on PyPI): its axes,
+# and the dims of the tensors this definition shares with it (scalars: None)
+TEMPLATE_AXES = {"batch_size", "seq_len", "num_q_heads", "num_v_heads", "head_dim", "state_pool_size",
+                 "source_pool_size", "num_sequences", "num_checkpoints", "num_checkpoint_offsets", "kg_dim"}
+TEMPLATE_TENSORS = {
+    "q": ["batch_size", "seq_len", "num_q_heads", "head_dim"], "k": ["batch_size", "seq_len", "num_q_heads", "head_dim"],
+    "v": ["batch_size", "seq_len", "num_v_heads", "head_dim"], "g": ["batch_size", "seq_len", "num_v_heads", "head_dim"],
+    "beta": ["batch_size", "seq_len", "num_v_heads"], "scale": None, "lower_bound": None,
+    "initial_state": ["state_pool_size", "num_v_heads", "head_dim", "head_dim"],
+    "output": ["batch_size", "seq_len", "num_v_heads", "head_dim"],
+    "final_state": ["state_pool_size", "num_v_heads", "head_dim", "head_dim"],
+}
+# recurrent_kda's own arguments that its template leaves out (A_log, dt_bias, cu_seqlens), and this definition's
+# flags for what recurrent_kda says with an absent argument (bounded_gate: lower_bound given; has_initial_state:
+# initial_state given); the axis of cu_seqlens
+NOT_IN_TEMPLATE = {"A_log", "dt_bias", "cu_seqlens", "bounded_gate", "has_initial_state", "len_cu_seqlens"}
+
+
+def test_the_definition_takes_recurrent_kdas_names_axes_and_dims_where_the_math_is_the_same():
+    """Every axis, input and output has recurrent_kda's name where it has a counterpart there, with its dims: packed
+    as its batch_size 1 (that leading axis dropped), one state per sequence (its state pool of num_sequences slots).
+    The rest is the documented list (docs/interop.md)."""
+    d = TASK.definition
+    assert d.op_type == "kda" and set(d.axes) - TEMPLATE_AXES == {"len_cu_seqlens"}
+    ours = {**d.inputs, **d.outputs}
+    assert set(ours) - set(TEMPLATE_TENSORS) == NOT_IN_TEMPLATE - {"len_cu_seqlens"}
+    for name, spec in ours.items():
+        if name in TEMPLATE_TENSORS:
+            theirs = TEMPLATE_TENSORS[name]
+            theirs = None if theirs is None else [("num_sequences" if a == "state_pool_size" else a)
+                                                  for a in theirs if a != "batch_size"]
+            assert (None if spec.shape is None else list(spec.shape)) == theirs, name
+    for name in ("initial_state", "final_state", "output"):  # the interop docs say what differs
+        assert name in (REPO / "docs" / "interop.md").read_text()
+
+
+def _same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+
+
+def test_a_recurrent_kda_call_and_this_definitions_inputs_convert_both_ways():
+    """to_recurrent_kda gives recurrent_kda's arguments (its names, batch_size 1, [V, K] states, raw gate and beta),
+    from_recurrent_kda takes them back, unchanged; a call of batch_size 2 without cu_seqlens (two rows, one sequence
+    each) computes here what each sequence computes alone; a call of math this definition lacks is refused."""
+    module = TASK.module
+    for w in TASK.scaled_workloads("small")[:4]:
+        inputs = TASK.make_inputs(w, torch.Generator().manual_seed(3), "cpu")
+        call = module.to_recurrent_kda(inputs)
+        assert call["q"].shape[0] == 1 and set(call) >= {"q", "k", "v", "g", "beta", "initial_state", "scale",
+                                                          "lower_bound", "use_gate_in_kernel", "beta_is_logit"}
+        if inputs["has_initial_state"]:
+            assert torch.equal(call["initial_state"], inputs["initial_state"].transpose(-1, -2))
+        back = module.from_recurrent_kda(call)
+        for name, value in inputs.items():
+            assert _same(back[name], value) if isinstance(value, torch.Tensor) else back[name] == value, (w.uuid, name)
+    # two rows of 40 tokens, as a FlashInfer user's decode-shaped batch calls it: [B, T, H, K], states [B, H, V, K]
+    g = torch.Generator().manual_seed(4)
+    B, T, H, K = 2, 40, 2, 128
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    call = {"q": randn(B, T, H, K).bfloat16(), "k": randn(B, T, H, K).bfloat16(), "v": randn(B, T, H, K).bfloat16(),
+            "g": randn(B, T, H, K).bfloat16(), "beta": randn(B, T, H).bfloat16(), "A_log": randn(H).abs(),
+            "dt_bias": randn(H * K) * 0.1, "initial_state": randn(B, H, K, K) * 0.5, "lower_bound": -5.0,
+            **module.RECURRENT_KDA_FLAGS}
+    both = TASK.reference(module.from_recurrent_kda(call))
+    for b in range(B):
+        alone = TASK.reference(module.from_recurrent_kda(
+            {**call, **{n: call[n][b:b + 1] for n in ("q", "k", "v", "g", "beta", "initial_state")}}))
+        # the same arithmetic, the sequences side by side or alone (a batched product may round differently)
+        torch.testing.assert_close(both["output"][b * T:(b + 1) * T], alone["output"], rtol=0, atol=1e-2)
+        torch.testing.assert_close(both["final_state"][b], alone["final_state"][0], rtol=1e-5, atol=1e-6)
+    for change, words in (({"use_gate_in_kernel": False}, "use_gate_in_kernel"), ({"beta_is_logit": False}, "beta"),
+                          ({"v": call["v"][:, :, :1]}, "value heads"), ({"ssm_state_indices": torch.zeros(2)}, "pool")):
+        with pytest.raises(ValueError, match=words):
+            module.from_recurrent_kda({**call, **change})

@@ -138,7 +138,8 @@ def test_a_bare_source_file_is_a_solution_of_its_language(tmp_path):
     assert (cuda.spec.language, cuda.spec.entry_point, cuda.definition) == ("cuda", "splitkv_wmma.cu::run",
                                                                           TASK.definition.name)
     py = Candidate.from_path(REPO / "tests" / "data" / "candidates" / "mla_torch.py")
-    assert py.keywords and py.language == "triton"
+    assert py.keywords and py.language == "python"  # plain PyTorch; a file that imports Triton is triton
+    assert Candidate.from_path(REPO / "kernels" / "mla_decode" / "seed_triton.py").language == "triton"
     solution = solution_of_path(_solution(tmp_path, "mla_cpp"))  # a Solution JSON stays as written
     assert (solution.name, solution.spec.language, solution.sources[0].path) == ("mla_cpp", "cpp", "kernel.cpp")
 

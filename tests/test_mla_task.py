@@ -6,6 +6,7 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import hashlib  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
 from collections import Counter  # noqa: E402
 
@@ -83,8 +84,10 @@ def test_definition(task):
     assert d.inputs["kv_indptr"].dtype == d.inputs["kv_indices"].dtype == "int32"
     assert d.outputs["output"].dtype == "bfloat16" and d.outputs["lse"].dtype == "float32"
     assert "len_indptr == batch_size + 1" in d.constraints
-    # The loader put reference.py's text into the definition.
-    assert d.reference == (task.folder / "reference.py").read_text()
+    # The committed definition is complete: its reference is the code the task runs (no reference.py beside it)
+    assert d.reference == json.loads((task.folder / "definition.json").read_text())["reference"]
+    assert task.reference_module.__file__.endswith("definition.json:reference")
+    assert not (task.folder / "reference.py").exists()
     assert d.output_shapes({"batch_size": 3}) == {"output": (3, 16, 512), "lse": (3, 16)}
 
 

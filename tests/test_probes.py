@@ -32,7 +32,7 @@ def test_the_probes_champion_runs_each_shapes_fastest_point_and_never_an_ablatio
     points = {"{}": {}, '{"BT":32,"intra_warps":4}': fast}
 
     def row(uuid, heads, seqs, tokens, name, us):
-        return {"workload": uuid, "axes": {"num_heads": heads, "num_seqs": seqs, "total_seq_len": tokens},
+        return {"workload": uuid, "axes": {"num_v_heads": heads, "num_sequences": seqs, "seq_len": tokens},
                 "kernel": name, "graph_us": us}
 
     rows = [row("aaaa", 32, 1, 16384, "{}", 1900.0), row("aaaa", 32, 1, 16384, '{"BT":32,"intra_warps":4}', 1700.0),
@@ -43,9 +43,9 @@ def test_the_probes_champion_runs_each_shapes_fastest_point_and_never_an_ablatio
             row("dddd", 16, 1, 8192, "{}", 500.0), row("dddd", 16, 1, 8192, '{"BT":32,"intra_warps":4}', 560.0)]
     champion = kda_probe.fastest_point_champion(kernel, task, "h200", rows, points)
     assert isinstance(champion, Champion) and champion.params == {}
-    assert champion.dispatch == [[{"num_heads": 8, "num_seqs": 1, "total_seq_len": 16384}, {}],
-                                 [{"num_heads": 16, "num_seqs": 1, "total_seq_len": 8192}, {}],
-                                 [{"num_heads": 32, "num_seqs": 1, "total_seq_len": 16384}, fast]]
+    assert champion.dispatch == [[{"num_v_heads": 8, "num_sequences": 1, "seq_len": 16384}, {}],
+                                 [{"num_v_heads": 16, "num_sequences": 1, "seq_len": 8192}, {}],
+                                 [{"num_v_heads": 32, "num_sequences": 1, "seq_len": 16384}, fast]]
     assert "on 4 workloads; 1.028x" in champion.made_by  # geomean of 1900/1700, 800/800, 1, 1
     by_uuid = {w.uuid[:8]: w for w in task.scaled_workloads("full")}
     chosen = champion.points_by_workload([by_uuid["1476db7b"], by_uuid["b9321a1b"]])  # 16k x 32 and 16k x 8
@@ -65,7 +65,7 @@ def test_keep_from_fills_the_shapes_the_probe_gave_no_entry(tmp_path):
     committed = Path(task.folder) / "champion_h200.json"
     base = json.loads(committed.read_text())["dispatch"]
     seg = {"BT": 32, "merge": "launch", "segments": 8}
-    rows = [{"workload": "aaaa", "axes": {"num_heads": 32, "num_seqs": 1, "total_seq_len": 16384}, "kernel": name,
+    rows = [{"workload": "aaaa", "axes": {"num_v_heads": 32, "num_sequences": 1, "seq_len": 16384}, "kernel": name,
              "graph_us": us} for name, us in (("{}", 1900.0), ("seg", 1200.0))]
     champion = kda_probe.fastest_point_champion(kernel, task, "h200", rows, {"{}": {}, "seg": seg}, committed)
     shapes = [tuple(axes[a] for a in kda_probe.SHAPE_AXES) for axes, _ in champion.dispatch]

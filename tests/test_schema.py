@@ -88,6 +88,26 @@ def test_flashinfer_bench_accepts_our_definitions_and_workloads(fib, task_name):
         assert trace.definition == task.definition.name
 
 
+@pytest.mark.parametrize("task_name", available_tasks())
+def test_the_committed_definition_is_complete_and_its_constraints_are_python_that_holds(fib, task_name):
+    """kernels/<task>/definition.json as committed is a definition flashinfer-bench loads as it is (its reference the
+    task's Python source, no pointer to a file), and every constraint is a Python expression over the axes and inputs
+    that holds on the task's workloads (their inputs as the task makes them)."""
+    import torch
+
+    task = load_task(task_name)
+    committed = (task.folder / "definition.json").read_text()
+    parsed = fib.Definition.model_validate_json(committed)
+    assert parsed.reference == task.definition.reference and "def run(" in parsed.reference
+    assert parsed.constraints == list(task.definition.constraints)
+    for workload in task.scaled_workloads("small"):
+        inputs = task.make_inputs(workload, torch.Generator().manual_seed(0), "cpu")
+        scope = {**task.definition.const_axes(), **task.var_axes(workload, inputs), **inputs}
+        for constraint in parsed.constraints:
+            assert eval(constraint, {"__builtins__": {"bool": bool, "int": int, "abs": abs}}, scope) is True, (  # noqa: S307
+                workload.uuid, constraint)
+
+
 def test_flashinfer_bench_accepts_our_solutions_and_traces(fib):
     task = load_task("mla_decode")
     solution = schema.Solution.from_file(task.folder / "seed_triton.py", definition=task.definition.name,

@@ -59,9 +59,9 @@ def test_the_scripted_kernels_pass_the_checker_on_small_mla_workloads(name, pick
 @pytest.mark.parametrize("name", ["v1.py", "v2.py"])
 def test_the_scripted_kernels_give_an_empty_request_output_zero_and_lse_minus_infinity(name):
     """Three requests of 70, 0 and 130 tokens (v2: 3 slices each, all empty for the second), against the reference."""
-    from evoteam.task import load_module_from_path, load_task
+    from evoteam.task import load_task
 
-    reference = load_module_from_path(load_task("mla_decode").folder / "reference.py", "mla_reference").run
+    reference = load_task("mla_decode").reference_module.run
     g = torch.Generator().manual_seed(5)
     pages = 256
     q_nope = torch.randn(3, 16, 512, generator=g).to(torch.bfloat16)

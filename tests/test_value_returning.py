@@ -1,7 +1,8 @@
 """Value-returning solutions (`destination_passing_style: false`), as flashinfer-bench runs them: called with the
-inputs alone, what they return (a tensor, a tuple or list in the definition's order, a dict by name) copied by the
-runner into the judge's output buffers within the call, then checked and timed as any candidate. The pass rule
-(evoteam's or flashinfer-bench's, `fib_rule`) is recorded in every result and trace."""
+inputs alone, what they return (a tensor, a tuple or list in the definition's order) copied by the runner into the
+judge's output buffers within the call, then checked and timed as any candidate; what flashinfer-bench does not take
+(a dict, a wrong count) fails as it fails there. The pass rule (evoteam's or flashinfer-bench's, `fib_rule`) is
+recorded in every result and trace."""
 
 import json
 
@@ -60,13 +61,13 @@ def test_it_passes_and_is_timed_with_the_figures_of_its_destination_passing_twin
 
 
 @pytest.mark.parametrize("returns, status, words", [
-    ("    return {'lse': lse, 'output': output}\n", Status.PASSED, ""),  # a dict by output name
+    ("    return {'lse': lse, 'output': output}\n", Status.EXCEPTION, "returned a dict"),  # RUNTIME_ERROR there
     ("    return [output, lse]\n", Status.PASSED, ""),
     ("    return output[:, :, :-1], lse\n", Status.OUTPUT_REPLACED, "shape"),
-    ("    return output\n", Status.OUTPUT_REPLACED, "2 outputs"),
-    ("    return output, lse, lse\n", Status.OUTPUT_REPLACED, "3 values for 2 outputs"),
-    ("    return output.float(), lse\n", Status.OUTPUT_REPLACED, "dtype"),
-    ("    return {'output': output}\n", Status.OUTPUT_REPLACED, "no output 'lse'"),
+    ("    return output\n", Status.EXCEPTION, "2 outputs"),
+    ("    return output, lse, lse\n", Status.EXCEPTION, "3 values for 2 outputs"),
+    ("    return output.float(), lse\n", Status.OUTPUT_DTYPE, "dtype"),
+    ("    return {'output': output}\n", Status.EXCEPTION, "returned a dict"),
     ("    output[0, 0, 0] = float('nan')\n    return output, lse\n", Status.NAN_INF, "output[0, 0, 0] = nan"),
 ])
 def test_what_it_returns_is_judged_as_a_destination_passing_solutions_outputs(tmp_path, uuids, returns, status,
@@ -80,10 +81,13 @@ def test_the_copy_refuses_what_copy_would_broadcast_or_convert():
     outputs = {"output": torch.zeros(2, 3), "lse": torch.zeros(2)}
     deliver((torch.ones(2, 3), torch.full((2,), 2.0)), outputs)
     assert outputs["output"].sum() == 6 and outputs["lse"].sum() == 4
-    for value in ((torch.ones(1, 3), torch.ones(2)), (torch.ones(2, 3), torch.ones(2, dtype=torch.float64)),
-                  (torch.ones(2, 3), "lse"), torch.ones(2, 3)):
-        with pytest.raises(WrongOutputs):
+    for value, status in (((torch.ones(1, 3), torch.ones(2)), "output_replaced"),
+                          ((torch.ones(2, 3), torch.ones(2, dtype=torch.float64)), "output_dtype"),
+                          ((torch.ones(2, 3), "lse"), "exception"), (torch.ones(2, 3), "exception"),
+                          ({"output": torch.ones(2, 3), "lse": torch.ones(2)}, "exception")):
+        with pytest.raises(WrongOutputs) as raised:
             deliver(value, outputs)
+        assert raised.value.status == status, value
     scalar = {"total": torch.zeros(())}
     deliver(3.5, scalar)  # a Python scalar for a 0-d output, as flashinfer-bench takes it
     assert scalar["total"].item() == 3.5
@@ -123,7 +127,7 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale):
     output = torch.empty(*q_nope.shape[:2], ckv_cache.shape[-1], dtype=torch.bfloat16, device=q_nope.device)
     lse = torch.empty(q_nope.shape[:2], dtype=torch.float32, device=q_nope.device)
     seed(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, output, lse)
-    return {"output": output, "lse": lse}
+    return output, lse
 """
 
 
@@ -210,3 +214,65 @@ def test_a_solution_imports_its_own_modules_past_the_static_scan(tmp_path):
                             language="python", target_hardware=("cpu",), entry_point="main.py::run")
     (refused,) = evaluate(_request(sneaky, [uuid], check_only=True), timeout_s=120).results
     assert refused.status == Status.REJECTED, refused.detail
+
+
+TWO_OUTPUTS = {
+    "name": "two_outputs", "op_type": "toy", "description": "y = 2 x in bfloat16, z = x + 1",
+    "axes": {"n": {"type": "var"}}, "inputs": {"x": {"shape": ["n"], "dtype": "float32"}},
+    "outputs": {"y": {"shape": ["n"], "dtype": "bfloat16"}, "z": {"shape": ["n"], "dtype": "float32"}},
+    "reference": "import torch\n\ndef run(x):\n    return (x * 2).bfloat16(), x + 1\n",
+}
+RETURNS = {  # what a value-returning solution returns
+    "tuple": "(x * 2).bfloat16(), x + 1",
+    "list": "[(x * 2).bfloat16(), x + 1]",
+    "dict": "{'y': (x * 2).bfloat16(), 'z': x + 1}",
+    "float32_for_bfloat16": "x * 2, x + 1",
+    "one_for_two": "(x * 2).bfloat16()",
+    "three_for_two": "(x * 2).bfloat16(), x + 1, x",
+    "short": "(x * 2).bfloat16()[:-1], x + 1",
+    "a_string": "(x * 2).bfloat16(), 'z'",
+}
+
+
+def test_fib_rule_verdicts_are_flashinfer_benchs_status_for_status(tmp_path, monkeypatch):
+    """What a value-returning solution returns is judged as flashinfer-bench 0.1.2's own checker judges it
+    (DefaultEvaluator.check_correctness, called here on the same solution, built by its own builder): a dict is its
+    RUNTIME_ERROR, a float32 output where the definition says bfloat16 its INCORRECT_DTYPE, status for status."""
+    fib_data = pytest.importorskip("flashinfer_bench.data", reason="flashinfer-bench comes with `make test`")
+    from flashinfer_bench.bench.config import BenchmarkConfig
+    from flashinfer_bench.bench.evaluators.default import DefaultEvaluator
+    from flashinfer_bench.compile import BuilderRegistry
+
+    from evoteam import dataset
+
+    root = tmp_path / "fib"
+    (root / "definitions").mkdir(parents=True)
+    (root / "definitions" / "two_outputs.json").write_text(json.dumps(TWO_OUTPUTS))
+    (root / "workloads").mkdir()
+    (root / "workloads" / "two_outputs.jsonl").write_text(json.dumps(
+        {"definition": "two_outputs", "solution": None, "evaluation": None,
+         "workload": {"axes": {"n": 1000}, "uuid": "7f0c1a52-0000-4000-8000-0000000000bb",
+                      "inputs": {"x": {"type": "random"}}}}) + "\n")
+    task = dataset.task_name(root, "two_outputs")
+    definition = fib_data.Definition.model_validate(TWO_OUTPUTS)
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    reference = [[(x * 2).bfloat16(), x + 1]]
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)  # its checker syncs a GPU; a CPU here
+    theirs, ours = {}, {}
+    for case, value in RETURNS.items():
+        path = write_solution(tmp_path, case, "two_outputs", {"main.py": f"import torch\n\n\ndef run(x):\n"
+                                                                          f"    return {value}\n"},
+                              language="python", target_hardware=("cpu",), entry_point="main.py::run",
+                              destination_passing_style=False)
+        solution = fib_data.Solution.model_validate_json(open(path).read())
+        runnable = BuilderRegistry.get_instance().build(definition, solution)
+        _, evaluation = DefaultEvaluator.check_correctness(definition, runnable, [[x]], reference, BenchmarkConfig(),
+                                                           log_path=str(tmp_path / "log"), device="cpu")
+        theirs[case] = "PASSED" if evaluation is None else evaluation.status.value
+        request = EvalRequest(task=task, hardware="cpu", solution=path, scale="full", warmup=0, reps=2, seed=SEED,
+                              check_only=True, fib_rule=True)
+        (result,) = evaluate(request, timeout_s=120).results
+        ours[case] = to_trace("two_outputs", dataset.load_parts(task)["workloads"][0], case, result,
+                              "cpu").to_json()["check" if result.status == Status.PASSED else "evaluation"]["status"]
+    assert theirs["dict"] == "RUNTIME_ERROR" and theirs["float32_for_bfloat16"] == "INCORRECT_DTYPE"
+    assert ours == theirs

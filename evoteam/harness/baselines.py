@@ -191,13 +191,13 @@ class FlaChunkKDA(Baseline):
 
         def run(**kw: Any) -> None:
             o, final = chunk_kda(
-                kw["q"].unsqueeze(0), kw["k"].unsqueeze(0), kw["v"].unsqueeze(0), kw["g_raw"].unsqueeze(0),
-                kw["beta_logits"].unsqueeze(0), scale=float(kw["scale"]),
+                kw["q"].unsqueeze(0), kw["k"].unsqueeze(0), kw["v"].unsqueeze(0), kw["g"].unsqueeze(0),
+                kw["beta"].unsqueeze(0), scale=float(kw["scale"]),
                 initial_state=kw["initial_state"] if kw["has_initial_state"] else None,
                 output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
                 use_beta_sigmoid_in_kernel=True, A_log=kw["A_log"], dt_bias=kw["dt_bias"],
                 cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **_kda_gate_args(kw))
-            kw["o"].copy_(o.squeeze(0))
+            kw["output"].copy_(o.squeeze(0))
             kw["final_state"].copy_(final)
 
         return run
@@ -234,8 +234,8 @@ class FlashKDA(Baseline):
         def run(**kw: Any) -> None:
             init = kw["initial_state"].transpose(-1, -2).contiguous() if kw["has_initial_state"] else None
             flash_kda.fwd(kw["q"].unsqueeze(0), kw["k"].unsqueeze(0), kw["v"].unsqueeze(0),
-                          kw["g_raw"].unsqueeze(0), kw["beta_logits"].unsqueeze(0), float(kw["scale"]),
-                          kw["o"].unsqueeze(0), kw["A_log"], kw["dt_bias"], float(kw["lower_bound"]),
+                          kw["g"].unsqueeze(0), kw["beta"].unsqueeze(0), float(kw["scale"]),
+                          kw["output"].unsqueeze(0), kw["A_log"], kw["dt_bias"], float(kw["lower_bound"]),
                           initial_state=init, final_state=final_vk, cu_seqlens=cu_seqlens)
             kw["final_state"].copy_(final_vk.transpose(-1, -2))
 
@@ -269,15 +269,15 @@ class VllmKDA(Baseline):
         cu_seqlens = inputs["cu_seqlens"].to(torch.long)
 
         def run(**kw: Any) -> None:
-            g = kda_gate(kw["g_raw"], kw["A_log"], kw["dt_bias"], bool(kw["bounded_gate"]), float(kw["lower_bound"]))
-            beta = torch.sigmoid(kw["beta_logits"].float()).to(kw["q"].dtype)
+            g = kda_gate(kw["g"], kw["A_log"], kw["dt_bias"], bool(kw["bounded_gate"]), float(kw["lower_bound"]))
+            beta = torch.sigmoid(kw["beta"].float()).to(kw["q"].dtype)
             v = kw["v"].clone().unsqueeze(0)  # vLLM overwrites it with the output
             init = kw["initial_state"].transpose(-1, -2).contiguous() if kw["has_initial_state"] else None
             o, final = kda.chunk_kda(
                 kw["q"].unsqueeze(0), kw["k"].unsqueeze(0), v, g.unsqueeze(0), beta.unsqueeze(0),
                 scale=float(kw["scale"]), initial_state=init, output_final_state=True,
                 use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
-            kw["o"].copy_(o.squeeze(0))
+            kw["output"].copy_(o.squeeze(0))
             kw["final_state"].copy_(final.transpose(-1, -2))
 
         return run

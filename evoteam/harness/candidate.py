@@ -13,10 +13,13 @@ judge's output buffers within the call (`runner.deliver`), so every check of the
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import json
 import os
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,21 +46,54 @@ def solution_label(path: Path) -> str:
     return path.stem
 
 
+def module_file_name(name: str) -> str:
+    """A Python file's name as flashinfer-bench's builder can import it: it imports a source as the module its path
+    names (`a.b.py` as the submodule `b` of a package `a`, which is not there), so the stem is made an identifier."""
+    stem, suffix = name.rsplit(".", 1) if "." in name else (name, "py")
+    stem = re.sub(r"\W", "_", stem)
+    return f"{'_' if not stem or stem[0].isdigit() else ''}{stem}.{suffix}"
+
+
+def python_language(source: str) -> tuple[str, tuple[str, ...] | None]:
+    """A Python kernel's FlashInfer-Trace language and the packages it imports (its BuildSpec dependencies): triton
+    where it imports Triton (flashinfer-bench builds that only where Triton is installed), else python, as a plain
+    PyTorch kernel is (flashinfer-bench's own dependencies have no Triton)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "python", None  # it does not load anywhere; the judge says why
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.add(node.module.split(".")[0])
+    packages = tuple(sorted(m for m in imported if m not in sys.stdlib_module_names and m != "__future__"))
+    return ("triton" if "triton" in packages else "python"), packages or None
+
+
 def solution_of_path(path: str | Path, definition: str = "", name: str | None = None,
                      entry: str = "run") -> Solution:
     """The Solution a candidate file stands for: a Solution JSON as written; a bare .cu/.cpp file as a
-    one-source solution built with torch's extension loader; any other file as one Python (Triton) source."""
+    one-source solution built with torch's extension loader; any other file as one Python source, its language
+    triton or python by what it imports (`python_language`), named as flashinfer-bench can import it."""
     path = Path(path)
     if path.suffix == ".json":
         try:
             return Solution.from_json(json.loads(path.read_text()))
         except (ValueError, KeyError, TypeError) as exc:
             raise CandidateError(f"{path.name} is not a FlashInfer-Trace solution: {exc}") from None
-    language = SOURCE_LANGUAGE.get(path.suffix, "triton")
+    language = SOURCE_LANGUAGE.get(path.suffix)
+    dependencies = None
+    if language is None:
+        language, dependencies = python_language(path.read_text())
     solution = Solution.from_file(path, definition=definition, language=language, entry=entry, name=name)
     if language in COMPILED:
-        solution = dataclasses.replace(solution, spec=dataclasses.replace(solution.spec, binding="torch"))
-    return solution
+        return dataclasses.replace(solution, spec=dataclasses.replace(solution.spec, binding="torch"))
+    source = module_file_name(path.name)
+    return dataclasses.replace(solution, sources=(dataclasses.replace(solution.sources[0], path=source),),
+                               spec=dataclasses.replace(solution.spec, entry_point=f"{source}::{entry}",
+                                                        dependencies=dependencies))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,10 @@ families' own tests). The rules, for untrusted kernels that take any shortcut le
 Checks, in order, the first failure ends the check (`CheckFailure.check`, a `Status` value):
   exception        the kernel raised (type, message and a short traceback tail)
   output_replaced  (in-process only) an output tensor object was re-pointed/resized/re-typed; in the
-                   judge, a value-returning solution returned the wrong count, shape or dtype
+                   judge, a value-returning solution returned an output of the wrong shape
+  output_dtype     (judge) a value-returning solution returned an output of the wrong dtype; what it
+                   returned in a form flashinfer-bench does not take (a dict, a wrong count) is an
+                   exception, as there (runner.deliver)
   input_modified   an input differs, bit for bit, from the judge's copy
   unwritten        an output element still holds the poison pattern
   nan_inf          a NaN where the reference is not NaN, or an Inf where the reference is not
@@ -193,27 +196,50 @@ def worst(*errors: float) -> float:
 
 @dataclass
 class OutputError:
-    """Errors of one output, worst over the trials compared, over elements finite in both."""
+    """Errors of one output, worst over the trials compared, over elements finite in both; and, whichever rule judged
+    the output, flashinfer-bench's verdict on the same elements in the same pass (the `fib_` fields): how many elements
+    its rule fails and the errors it records (its float32 arithmetic; Infinity or NaN for a non-finite output)."""
 
     max_absolute_error: float = 0.0
     max_relative_error: float = 0.0  # over reference elements != 0
     rel_norm: float = 0.0  # ||out - ref||_2 / ||ref||_2 over finite reference elements
+    fib_failures: int = 0  # elements flashinfer-bench's rule fails (out of tolerance, or not finite)
+    fib_max_absolute_error: float = 0.0
+    fib_max_relative_error: float = 0.0
 
     def update(self, other: OutputError) -> None:
         self.max_absolute_error = worst(self.max_absolute_error, other.max_absolute_error)
         self.max_relative_error = worst(self.max_relative_error, other.max_relative_error)
         self.rel_norm = worst(self.rel_norm, other.rel_norm)
+        self.fib_failures += other.fib_failures
+        self.fib_max_absolute_error = worst(self.fib_max_absolute_error, other.fib_max_absolute_error)
+        self.fib_max_relative_error = worst(self.fib_max_relative_error, other.fib_max_relative_error)
 
     def to_json(self) -> dict:
         return {"max_absolute_error": json_float(self.max_absolute_error),
                 "max_relative_error": json_float(self.max_relative_error),
-                "rel_norm": json_float(self.rel_norm)}
+                "rel_norm": json_float(self.rel_norm), "fib_failures": self.fib_failures,
+                "fib_max_absolute_error": json_float(self.fib_max_absolute_error),
+                "fib_max_relative_error": json_float(self.fib_max_relative_error)}
 
     @classmethod
     def from_json(cls, obj: dict) -> OutputError:
         return cls(max_absolute_error=float(obj["max_absolute_error"]),
                    max_relative_error=float(obj["max_relative_error"]),
-                   rel_norm=float(obj["rel_norm"]))
+                   rel_norm=float(obj["rel_norm"]), fib_failures=int(obj.get("fib_failures", 0)),
+                   fib_max_absolute_error=float(obj.get("fib_max_absolute_error", 0.0)),
+                   fib_max_relative_error=float(obj.get("fib_max_relative_error", 0.0)))
+
+
+def fib_verdict(errors: dict[str, OutputError]) -> dict:
+    """flashinfer-bench's verdict on the outputs compared (WorkloadResult.fib), by its rule (FIB_TOLERANCE in float32,
+    every element, any NaN or Inf failing), in its terms: its status (PASSED or INCORRECT_NUMERICAL; the checks before
+    the numbers, an exception, a shape or dtype, are the same under both rules) and the errors it would record."""
+    failures = sum(e.fib_failures for e in errors.values())
+    return {"status": "INCORRECT_NUMERICAL" if failures else "PASSED", "elements_failed": failures,
+            "max_absolute_error": json_float(worst(*(e.fib_max_absolute_error for e in errors.values()))),
+            "max_relative_error": json_float(worst(*(e.fib_max_relative_error for e in errors.values()))),
+            "atol": FIB_TOLERANCE.atol, "rtol": FIB_TOLERANCE.rtol}
 
 
 @dataclass
@@ -345,6 +371,7 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
     found = {"unwritten": _Found(), "nan_inf": _Found(), "mismatch": _Found()}
     max_abs = max_rel = diff_sq = ref_sq = 0.0
     bad_infs = 0
+    fib_failures, fib_abs, fib_rel, fib_inf, fib_nan = 0, 0.0, 0.0, False, False
     n = out_flat.numel()
     work = torch.float32 if fib else torch.float64  # flashinfer-bench's precision: its verdict at the bound too
     chunk = CPU_CHUNK_ELEMENTS if dev.type == "cpu" else DEVICE_CHUNK_ELEMENTS
@@ -362,6 +389,18 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
             unwritten &= r != poison_value  # the reference's own value there is not "unwritten"
         d = (o - r).abs_()  # finite exactly where both are finite
         r_abs = r.abs()
+        # flashinfer-bench's rule on the same elements, whichever rule judges them (its compute_error_stats in
+        # float32, and any NaN or Inf in the output failing): recorded beside the verdict, so that an export can give
+        # its verdict where the two differ. Under its rule these are the chunk's own tensors.
+        if fib:
+            o32, r32, d32, r32_abs = o, r, d.clone(), r_abs
+        else:
+            o32 = o.to(torch.float32) if out.dtype == torch.bool else out_flat[start:stop].to(dev, torch.float32)
+            r32 = ref_flat[start:stop].to(dev, torch.float32)
+            d32 = (o32 - r32).abs_()
+            r32_abs = r32.abs()
+        rel32 = d32 / (r32_abs + REL_EPS)
+        fib_bad = ((d32 > FIB_TOLERANCE.atol) & (rel32 > FIB_TOLERANCE.rtol)) | ~torch.isfinite(o32)
         both = torch.isfinite(d)
         if bool(both.all()):  # the common case, with fewer passes over the chunk
             nan_inf = bad_inf = torch.zeros_like(both)
@@ -387,11 +426,16 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
         stats = torch.stack([unwritten.sum(dtype=torch.float64), nan_inf.sum(dtype=torch.float64),
                              mismatch.sum(dtype=torch.float64), d.max().double(), rel.max().double(),
                              (d * d).sum(dtype=torch.float64), (r_abs * r_abs).sum(dtype=torch.float64),
-                             bad_inf.sum(dtype=torch.float64)]).tolist()
+                             bad_inf.sum(dtype=torch.float64), fib_bad.sum(dtype=torch.float64),
+                             d32.max().double(), rel32.max().double(), torch.isinf(o32).any().double(),
+                             torch.isnan(o32).any().double()]).tolist()
         max_abs, max_rel = max(max_abs, stats[3]), max(max_rel, stats[4])
         diff_sq += stats[5]
         ref_sq += stats[6]
         bad_infs += int(stats[7])
+        fib_failures += int(stats[8])
+        fib_abs, fib_rel = worst(fib_abs, stats[9]), worst(fib_rel, stats[10])
+        fib_inf, fib_nan = fib_inf or bool(stats[11]), fib_nan or bool(stats[12])
         for (key, mask), count in zip(masks.items(), stats[:3]):
             f = found[key]
             if count and f.flat is None:
@@ -404,7 +448,10 @@ def _compare_output(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolera
     rel_norm = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
     if found["nan_inf"].count:  # recorded as flashinfer-bench records them: Inf first, else NaN
         max_abs = max_rel = math.inf if bad_infs else math.nan
-    errors = OutputError(max_absolute_error=max_abs, max_relative_error=max_rel, rel_norm=rel_norm)
+    if fib_inf or fib_nan:  # as flashinfer-bench records a non-finite output: Infinity first, else NaN
+        fib_abs = fib_rel = math.inf if fib_inf else math.nan
+    errors = OutputError(max_absolute_error=max_abs, max_relative_error=max_rel, rel_norm=rel_norm,
+                         fib_failures=fib_failures, fib_max_absolute_error=fib_abs, fib_max_relative_error=fib_rel)
 
     f = found["unwritten"]
     if f.count:
@@ -575,4 +622,5 @@ def check_kernel(task: Task, workload: Workload, kernel: Callable[..., Any], *, 
 
 
 _CHECK_ORDER = {name: i for i, name in enumerate(
-    ["exception", "output_replaced", "input_modified", "unwritten", "nan_inf", "mismatch", "rel_norm"])}
+    ["exception", "output_replaced", "output_dtype", "input_modified", "unwritten", "nan_inf", "mismatch",
+     "rel_norm"])}

@@ -52,7 +52,7 @@ from evoteam.harness import cache_flush, interval, scan, scratch, timing
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.calls import CallSets
 from evoteam.harness.candidate import Candidate, CandidateError
-from evoteam.harness.check import CheckResult, OutputError, rule_record
+from evoteam.harness.check import CheckResult, OutputError, fib_verdict, rule_record
 from evoteam.harness.gpu_ops import cuda_ops
 from evoteam.harness.model import EvalRequest, EvalResult, Status, TimingMode, WorkloadResult
 from evoteam.harness.runners import RunnerFault, RunnerHandle, claimed_failure
@@ -140,6 +140,7 @@ class Judge:
         self.baseline_info: dict = {}
         self.baseline_note = ""
         self.restarts = 0
+        self.compared: dict[str, OutputError] = {}
         self.batch_no = 0
         self.sandbox_record: dict = {}
         self.logs: list[str] = []
@@ -437,6 +438,7 @@ class Judge:
         uuid = workload.uuid
         deadline = time.monotonic() + self.request.workload_timeout_s
         sides: dict[str, CallSets] = {}
+        self.compared: dict[str, OutputError] = {}  # every compared output of this workload's calls (_after_call)
         try:
             t = time.perf_counter()
             cand = self._candidate_runner()
@@ -448,12 +450,14 @@ class Judge:
             self._phase("checks", t)
             result = WorkloadResult(uuid=uuid, status=Status.PASSED if check.passed else Status(check.failure.check),
                                     detail=check.summary(), correctness=check.to_correctness().to_json(),
-                                    calls_checked=check.trials)
+                                    calls_checked=check.trials, fib=fib_verdict(self.compared) if self.compared else {})
             if not check.passed or self.request.check_only:
                 return result
             t, inside = time.perf_counter(), sum(v for k, v in self.phase_s.items() if k.startswith("timing: "))
             try:
-                return self._timing(result, sides, workload, index, deadline, cand)
+                result = self._timing(result, sides, workload, index, deadline, cand)
+                result.fib = fib_verdict(self.compared)  # the timed calls' checks included
+                return result
             finally:
                 # the timing phase's time in none of its sub-phases (between them: the round's bookkeeping)
                 accounted = sum(v for k, v in self.phase_s.items() if k.startswith("timing: ")) - inside
@@ -623,6 +627,8 @@ class Judge:
             if errors is not None:
                 for name, err in errs.items():
                     errors.setdefault(name, OutputError()).update(err)
+            for name, err in errs.items():  # every compared call, timed ones too: flashinfer-bench's verdict on all
+                self.compared.setdefault(name, OutputError()).update(err)
             if failure is not None:
                 return failure
         unwritten = calls.unwritten(sets)

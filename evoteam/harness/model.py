@@ -21,9 +21,11 @@ class Status(str, Enum):
     REJECTED = "rejected"  # the static scan refused the source before anything ran
     COMPILE_ERROR = "compile_error"  # the candidate does not load (syntax, import, no entry point)
     EXCEPTION = "exception"  # the candidate raised
-    # an output tensor object was re-pointed or resized; a value-returning solution returned the wrong count,
-    # shape or dtype of outputs
+    # an output tensor object was re-pointed or resized; a value-returning solution returned an output of the wrong
+    # shape (flashinfer-bench's INCORRECT_SHAPE; what it returned in a form flashinfer-bench does not take, a dict or
+    # a wrong count, is an exception, its RUNTIME_ERROR)
     OUTPUT_REPLACED = "output_replaced"
+    OUTPUT_DTYPE = "output_dtype"  # a value-returning solution returned an output of the wrong dtype (INCORRECT_DTYPE)
     INPUT_MODIFIED = "input_modified"  # an input differs, bit for bit, from what was given
     UNWRITTEN = "unwritten"  # an output element still holds the poison pattern
     NAN_INF = "nan_inf"  # NaN or Inf where the reference has a finite value
@@ -45,7 +47,7 @@ class Status(str, Enum):
 
 
 # Checker verdicts in the order they are decided (the first failing one is reported).
-CHECK_ORDER = (Status.EXCEPTION, Status.OUTPUT_REPLACED, Status.INPUT_MODIFIED, Status.UNWRITTEN, Status.NAN_INF,
+CHECK_ORDER = (Status.EXCEPTION, Status.OUTPUT_REPLACED, Status.OUTPUT_DTYPE, Status.INPUT_MODIFIED, Status.UNWRITTEN, Status.NAN_INF,
                Status.MISMATCH, Status.REL_NORM)
 
 
@@ -112,7 +114,8 @@ class EvalRequest:
     reps: int = 30
     check_only: bool = False
     # judge every output by flashinfer-bench's rule exactly (atol = rtol = 1e-2, no relative-norm bound, any NaN or
-    # Inf fails: check.py), so the verdict is flashinfer-bench's; else evoteam's (tolerance.py, the task's overrides)
+    # Inf fails: check.py), so the verdict is flashinfer-bench's; else evoteam's (tolerance.py, the task's overrides).
+    # Either way flashinfer-bench's verdict on the compared outputs is recorded too (WorkloadResult.fib)
     fib_rule: bool = False
     use_baseline_cache: bool = False  # take the baseline's time from the cache where it has one
     static_scan: bool = True  # the first, fast filter; no guarantee depends on it
@@ -144,6 +147,10 @@ class WorkloadResult:
     # the pass rule the outputs were judged by, as traces record it (check.rule_record): {"rule": "evoteam",
     # "tolerances": {output: {atol, rtol, max_rel_norm}}} or {"rule": "flashinfer-bench", "atol", "rtol"}
     rule: dict = field(default_factory=dict)
+    # flashinfer-bench's verdict on every output element the judge compared (check.fib_verdict), whichever rule judged
+    # them: {"status": "PASSED" | "INCORRECT_NUMERICAL", "elements_failed", "max_absolute_error",
+    # "max_relative_error", "atol", "rtol"}; empty where no output was compared
+    fib: dict = field(default_factory=dict)
     calls_checked: int = 0  # calls whose every output element was compared with the reference
     calls_timed: int = 0
     device: str = ""  # the device it ran on, named as flashinfer-bench names it ("NVIDIA H200", a CPU's model)

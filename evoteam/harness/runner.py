@@ -52,47 +52,63 @@ def _compiler_detail(exc: BaseException) -> str:
 
 
 class WrongOutputs(Exception):
-    """A value-returning solution returned what its outputs cannot be (their count, a shape, a dtype)."""
+    """A value-returning solution returned what its outputs cannot be, with the verdict flashinfer-bench 0.1.2 gives it
+    (its DefaultEvaluator.check_correctness, which takes the value through bench/evaluators/utils.normalize_result):
+    `exception` (RUNTIME_ERROR) for what normalize_result raises on (a dict, a wrong count, a value that is not a
+    tensor or a number), `output_replaced` (INCORRECT_SHAPE) for a shape, `output_dtype` (INCORRECT_DTYPE) for a
+    dtype."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 def _returned(value: Any, names: list[str]) -> list[Any]:
-    """What a value-returning solution returned, one value per output in the definition's order: as flashinfer-bench
-    takes it, a tensor (or scalar) for a single output, a tuple or list in the definition's order, a dict by name."""
+    """What a value-returning solution returned, one value per output in the definition's order, taken as
+    flashinfer-bench's normalize_result takes it: a tuple or list of one value per output, else one value for a
+    single output. A dict is none of these there (a RUNTIME_ERROR), so it is none here."""
     if isinstance(value, dict):
-        missing = [n for n in names if n not in value]
-        if missing:
-            raise WrongOutputs(f"the returned dict has no output {missing[0]!r} (outputs: {', '.join(names)})")
-        return [value[n] for n in names]
+        raise WrongOutputs("exception", f"returned a dict; return a tuple or list in the definition's order "
+                                        f"({', '.join(names)}), as flashinfer-bench takes it")
     if isinstance(value, (tuple, list)):
         if len(value) != len(names):
-            raise WrongOutputs(f"returned {len(value)} values for {len(names)} outputs ({', '.join(names)})")
+            raise WrongOutputs("exception", f"returned {len(value)} values for {len(names)} outputs "
+                                            f"({', '.join(names)})")
         return list(value)
     if len(names) != 1:
-        raise WrongOutputs(f"returned one {type(value).__name__} for {len(names)} outputs ({', '.join(names)})")
+        raise WrongOutputs("exception", f"returned one {type(value).__name__} for {len(names)} outputs "
+                                        f"({', '.join(names)})")
     return [value]
 
 
 def deliver(value: Any, outputs: dict[str, torch.Tensor]) -> None:
     """What a value-returning solution returned, copied into the judge's output buffers (part of the call, so part of
     its time, as its allocation is in flashinfer-bench's). A value of another shape or dtype is refused, never
-    broadcast or converted (copy_ would do both); a scalar becomes a tensor of the output's dtype, as there."""
+    broadcast or converted (copy_ would do both); a scalar becomes a tensor of the output's dtype, as there. Every
+    value is converted before any is checked, and each output's shape before its dtype, in the definition's order:
+    flashinfer-bench's order, so that the first failure is the one it reports."""
+    tensors = []
     for (name, out), v in zip(outputs.items(), _returned(value, list(outputs))):
         if not isinstance(v, torch.Tensor):
             try:
                 v = torch.tensor(v, dtype=out.dtype, device=out.device)
             except (TypeError, ValueError, RuntimeError):
-                raise WrongOutputs(f"output {name}: returned a {type(v).__name__}, not a tensor") from None
+                raise WrongOutputs("exception", f"output {name}: returned a {type(v).__name__}, not a tensor") from None
+        tensors.append(v)
+    for (name, out), v in zip(outputs.items(), tensors):
         if tuple(v.shape) != tuple(out.shape):
-            raise WrongOutputs(f"output {name}: returned shape {tuple(v.shape)}, the definition's is {tuple(out.shape)}")
+            raise WrongOutputs("output_replaced",
+                               f"output {name}: returned shape {tuple(v.shape)}, the definition's is {tuple(out.shape)}")
         if v.dtype != out.dtype:
-            raise WrongOutputs(f"output {name}: returned dtype {v.dtype}, the definition's is {out.dtype}")
-        with torch.no_grad():
+            raise WrongOutputs("output_dtype", f"output {name}: returned dtype {v.dtype}, the definition's is {out.dtype}")
+    with torch.no_grad():
+        for out, v in zip(outputs.values(), tensors):
             out.copy_(v)
 
 
 def _failure(exc: BaseException) -> dict:
-    if isinstance(exc, WrongOutputs):  # as a destination-passing solution's replaced output is judged
-        return {"ok": False, "status": "output_replaced", "detail": f"WrongOutputs: {exc}"}
+    if isinstance(exc, WrongOutputs):  # flashinfer-bench's verdict on what it returned
+        return {"ok": False, "status": exc.status, "detail": f"WrongOutputs: {exc}"}
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return {"ok": False, "status": "out_of_memory", "detail": _detail(exc), "fatal": True}
     fatal = any(m in str(exc) for m in FATAL_CUDA_MARKERS) and torch.cuda.is_available()

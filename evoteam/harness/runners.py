@@ -25,10 +25,11 @@ CRASH_MARKERS = ("illegal memory access", "misaligned address", "device-side ass
 # What a runner may say of its own failure. Its process holds the candidate, which can rewrite any reply (it can
 # patch the very json module the protocol writes with), so its word only ever chooses among the failures it could
 # have: never PASSED, FLAGGED, or a verdict the judge alone gives from its own evidence (a check's outcome, a
-# timeout, harness_error). Anything else it claims reads as `default`. output_replaced is the runner's own finding on
-# what a value-returning solution returned (runner.deliver): a failure, whichever failure a candidate picks.
+# timeout, harness_error). Anything else it claims reads as `default`. output_replaced and output_dtype are the
+# runner's own findings on what a value-returning solution returned (runner.deliver): a failure, whichever failure a
+# candidate picks.
 RUNNER_FAILURES = frozenset({Status.EXCEPTION, Status.COMPILE_ERROR, Status.CRASH, Status.OUT_OF_MEMORY,
-                             Status.OUTPUT_REPLACED})
+                             Status.OUTPUT_REPLACED, Status.OUTPUT_DTYPE})
 
 
 def claimed_failure(reply: dict, default: Status) -> Status:

@@ -143,7 +143,7 @@ def rules() -> str:
 def task_brief(target: Target, baseline: str) -> str:
     """The part of every member's brief that is fixed for the run."""
     task, hw, workloads = target.task, target.hw, list(target.workloads)
-    reference = (task.folder / "reference.py").read_text()
+    reference = task.definition.reference
     return "\n\n".join([
         f"# Task {task.definition.name} ({task.name})\n{task.definition.description or ''}",
         f"## The entry point\n{interface(task)}",

@@ -69,7 +69,8 @@ class HarnessSettings:
         gpu = target.hw.is_gpu
         warmup, reps = GPU_ROUNDS if gpu else CPU_ROUNDS
         template = target.request(
-            "", baseline=cfg.task.baseline, trials=cfg.task.check_trials, warmup=warmup, reps=reps,
+            "", baseline=cfg.task.baseline, trials=cfg.task.check_trials, fib_rule=cfg.task.fib_rule, warmup=warmup,
+            reps=reps,
             workload_timeout_s=cfg.executor.timeout_s, sandbox=cfg.executor.sandbox.value,
             memory_limit_gib=cfg.executor.memory_gib, process_limit=cfg.executor.pids_limit, second_figure=False,
             # A CPU's timings move with its load: time the baseline side by side there.

@@ -45,8 +45,9 @@ With BT 32 and `merge`, the two 32-token halves of each 64-token chunk are combi
 the two (_merge_halves) or at the end of an intra program that did both halves, so that the state pass walks
 64-token steps (exact; see _merge_pair and DESIGN.md 6.5).
 
-Entry point, destination-passing style: run(q, k, v, g_raw, beta_logits, A_log, dt_bias,
-initial_state, cu_seqlens, scale, bounded_gate, lower_bound, has_initial_state, o, final_state).
+Entry point, destination-passing style: run(q, k, v, g, beta, A_log, dt_bias,
+initial_state, cu_seqlens, scale, bounded_gate, lower_bound, has_initial_state, output, final_state)
+(g the raw gate, beta its logits: called g_raw and beta_logits inside, o the output).
 """
 
 import math
@@ -673,7 +674,7 @@ def _workspace(device, T, H, K, V, BT, ncmax, fuse_o, state_bt, state_ncmax):
     return ws
 
 
-def params_for(total_seq_len, num_heads, num_seqs, dispatch=None):
+def params_for(seq_len, num_v_heads, num_sequences, dispatch=None):
     """The point a call of this shape uses: the DISPATCH entry nearest in (log heads, log sequences,
     log tokens), merged over PARAMS; PARAMS when DISPATCH is empty."""
     table = DISPATCH if dispatch is None else dispatch
@@ -683,8 +684,8 @@ def params_for(total_seq_len, num_heads, num_seqs, dispatch=None):
     def distance(entry):
         axes = entry[0]
         return tuple(abs(math.log(max(axes.get(name, 1), 1)) - math.log(max(value, 1)))
-                     for name, value in (("num_heads", num_heads), ("num_seqs", num_seqs),
-                                         ("total_seq_len", total_seq_len)))
+                     for name, value in (("num_v_heads", num_v_heads), ("num_sequences", num_sequences),
+                                         ("seq_len", seq_len)))
 
     return {**PARAMS, **min(table, key=distance)[1]}
 
@@ -817,8 +818,9 @@ def _contiguous_aligned(tensors):
     return True, (ptrs & 15) == 0
 
 
-def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
-        scale, bounded_gate, lower_bound, has_initial_state, o, final_state):
+def run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
+        scale, bounded_gate, lower_bound, has_initial_state, output, final_state):
+    g_raw, beta_logits, o = g, beta, output  # the definition's names (raw gate, beta logits, output), the kernel's
     T, H, K = q.shape
     V = v.shape[-1]
     N = cu_seqlens.numel() - 1

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent
-DEFINITION = "kda_chunk_prefill_k128_v128"
+DEFINITION = "kda_prefill_d128"
 CU_SEQLENS_FILE = "cu_seqlens.safetensors"
 HEAD_DIM = 128
 LOWER_BOUND = -5.0
@@ -93,17 +93,18 @@ def workload_trace(num_heads: int, lengths: list[int], gate: str, init: bool) ->
         "solution": None,
         "workload": {
             "axes": {
-                "total_seq_len": sum(lengths),
-                "num_heads": num_heads,
-                "num_seqs": len(lengths),
+                "seq_len": sum(lengths),
+                "num_q_heads": num_heads,
+                "num_v_heads": num_heads,
+                "num_sequences": len(lengths),
                 "len_cu_seqlens": len(lengths) + 1,
             },
             "inputs": {
                 "q": {"type": "random"},
                 "k": {"type": "random"},
                 "v": {"type": "random"},
-                "g_raw": {"type": "random"},
-                "beta_logits": {"type": "random"},
+                "g": {"type": "random"},
+                "beta": {"type": "random"},
                 "A_log": {"type": "random"},
                 "dt_bias": {"type": "random"},
                 "initial_state": {"type": "random"},

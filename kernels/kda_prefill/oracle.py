@@ -1,21 +1,21 @@
-"""Fast oracle for kda_prefill: reference.py's math as one Triton kernel, for checking candidates on a GPU.
+"""Fast oracle for kda_prefill: the reference's math as one Triton kernel, for checking candidates on a GPU.
 
-What: `run` has reference.py's signature and returns what it returns (o bf16 [T, H, V], final_state fp32
-[N, H, K, V]). It is the fused recurrent form: one program per (sequence, head, block of BV value
-columns) keeps its [K, BV] fp32 slice of the state in registers and walks the sequence's tokens in order,
-computing reference.py's formulas in fp32 from the raw inputs: L2 norms (eps 1e-6 inside the sqrt), the
+What: `run` has the reference's signature (the definition's "reference" code, definition.json) and returns
+what it returns (output bf16 [T, H, V], final_state fp32 [N, H, K, V]). It is the fused recurrent form: one
+program per (sequence, head, block of BV value columns) keeps its [K, BV] fp32 slice of the state in registers and walks the sequence's tokens in order,
+computing the reference's formulas in fp32 from the raw inputs: L2 norms (eps 1e-6 inside the sqrt), the
 softplus or bounded gate, sigmoid(beta), decay first, then the delta rule, then the read-out. Only the
-order of the sums differs from reference.py: element-wise fp32 products and tl.sum reductions, no tl.dot
+order of the sums differs from the reference: element-wise fp32 products and tl.sum reductions, no tl.dot
 (so no TF32), no intermediate rounding; o is rounded once to bf16, to nearest even, as torch does.
 
 Why: the harness checks every candidate output against a reference (evoteam/task.py `Task.reference`),
-about 12 times a workload. reference.py is a token-by-token PyTorch loop: on the lent H200 (2026-12-02,
+about 12 times a workload. The reference is a token-by-token PyTorch loop: on the lent H200 (2026-12-02,
 one call each after a warm-up of this module, host clock around synchronised calls, the largest workload,
 16k tokens x 32 heads) it took 3.70 s where this module took 32 ms (115x), so a 24-workload KDA evaluation
-spent minutes in its checks. The harness uses this module instead of reference.py when the inputs are on a
-GPU; CPU targets keep reference.py (Triton needs a GPU outside its interpreter).
+spent minutes in its checks. The harness uses this module instead of the reference when the inputs are on a
+GPU; CPU targets keep the reference (Triton needs a GPU outside its interpreter).
 
-reference.py stays the definition of the task (definition.json carries its text); this module must
+The reference stays the definition of the task (definition.json carries it, the one home of its text); this module must
 agree with it. tests/test_kda_oracle.py proves it under Triton's CPU interpreter (several sequences,
 both gate forms, with and without an initial state), and tests/test_gpu.py on a GPU at full size.
 """
@@ -95,8 +95,9 @@ def _kda_recurrent(
     tl.store(ht + p_s, b_s, mask=m_s)
 
 
-def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
+def run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
         scale, bounded_gate, lower_bound, has_initial_state):
+    g_raw, beta_logits = g, beta  # the definition's names (raw gate, beta logits), the kernel's
     T, H, K = q.shape
     V = v.shape[-1]
     N = cu_seqlens.numel() - 1

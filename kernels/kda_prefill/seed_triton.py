@@ -83,8 +83,9 @@ def _gated_delta_recurrence(
     tl.store(ht + p_state, b_s)
 
 
-def run(q, k, v, g_raw, beta_logits, A_log, dt_bias, initial_state, cu_seqlens,
-        scale, bounded_gate, lower_bound, has_initial_state, o, final_state):
+def run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
+        scale, bounded_gate, lower_bound, has_initial_state, output, final_state):
+    g_raw, beta_logits, o = g, beta, output  # the definition's names (raw gate, beta logits, output), the kernel's
     T, H, K = q.shape
     V = v.shape[-1]
     N = cu_seqlens.numel() - 1
