@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tempfile
 import typing
 from enum import Enum
 from pathlib import Path
@@ -25,6 +24,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 
 from evoteam import config, resources
 from evoteam.errors import UserError
+from evoteam.outputs import unwritable_folder
 
 
 class ConfigInputError(UserError):
@@ -232,42 +232,7 @@ def check_resumable(folder: str) -> None:
 
 
 def check_writable(folder: str, key: str) -> None:
-    """The folder `key` names can be created (with its parents) and written; else one line. Found by trying:
-    what the probe creates it removes again."""
-    why = _unwritable(Path(os.path.abspath(folder)))
+    """The folder `key` names can be created (with its parents) and written; else one line."""
+    why = unwritable_folder(Path(os.path.abspath(folder)))
     if why:
         raise ConfigInputError(f"{key}={folder}: {why}; give a writable folder ({key}=<path>)")
-
-
-def _unwritable(folder: Path) -> str | None:
-    missing = []
-    existing = folder
-    while not existing.exists() and not existing.is_symlink():
-        missing.append(existing)
-        existing = existing.parent
-    if not existing.is_dir():
-        return (f"cannot create {folder}: {existing} is a file, not a folder" if missing
-                else f"cannot write {folder}: it is a file, not a folder")
-    made: list[Path] = []
-    try:
-        for path in reversed(missing):
-            try:
-                path.mkdir()
-            except OSError as exc:
-                return f"cannot create {path} ({exc.strerror or type(exc).__name__})"
-            made.append(path)
-        try:
-            fd, probe = tempfile.mkstemp(dir=folder, prefix=".evoteam-write-probe-")
-        except OSError as exc:
-            return f"cannot write {folder} ({exc.strerror or type(exc).__name__})"
-        os.close(fd)
-        os.unlink(probe)
-    finally:
-        for path in reversed(made):
-            try:
-                path.rmdir()
-            except OSError:  # someone else's file in it by now: theirs to keep
-                pass
-    return None
-
-
