@@ -121,8 +121,9 @@ def _repeats(argv: list[str]) -> list[str]:
 def main() -> None:
     try:
         argv = _repeats(sys.argv[1:])
-        one_job = not {"-m", "--multirun"} & set(argv) and not any(a.split("=", 1)[0] in PRINT_ONLY for a in argv)
-        cli_errors.preflight(_overrides(argv), run_dir=one_job and _given(argv, "hydra.run.dir") is None)
+        runs = not any(a.split("=", 1)[0] in PRINT_ONLY for a in argv)
+        one_job = runs and not {"-m", "--multirun"} & set(argv)
+        cli_errors.preflight(_overrides(argv), run_dir=one_job and _given(argv, "hydra.run.dir") is None, writes=runs)
         argv = _fixed_sweep_dir(argv)
         _check_folders(argv)
     except cli_errors.ConfigInputError as exc:

@@ -25,6 +25,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from evoteam import config, resources
 from evoteam.errors import UserError
 from evoteam.outputs import unwritable_folder
+from evoteam.tracking.store import check_store_writable
 
 
 class ConfigInputError(UserError):
@@ -197,10 +198,11 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
-def preflight(overrides: list[str], run_dir: bool = False) -> None:
+def preflight(overrides: list[str], run_dir: bool = False, writes: bool = False) -> None:
     """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one.
     run_dir: the command runs one job in the folder `run_dir` names (Hydra creates it before the job), so
-    check that it can be created and written."""
+    check that it can be created and written. writes: the command runs its job(s), which log to the tracking
+    store (a command that only prints, --cfg or --help, writes nothing)."""
     try:
         variants = _expand(overrides)
     except OverrideParseException as exc:
@@ -221,6 +223,13 @@ def preflight(overrides: list[str], run_dir: bool = False) -> None:
             raise ConfigInputError(NEEDS_MODEL)
         elif run_dir:
             check_writable(str(cfg.run_dir), "run_dir")
+        if writes and not cfg.resume and cfg.tracking.backend == config.TrackingBackend.mlflow:
+            # a local store that cannot be written: one line now, not minutes of MLflow's retries inside the job (a
+            # resumed run logs to the store it started in: the job checks that one)
+            try:
+                check_store_writable(str(cfg.tracking.tracking_uri))
+            except UserError as exc:
+                raise ConfigInputError(str(exc)) from None
 
 
 def check_resumable(folder: str) -> None:

@@ -296,3 +296,57 @@ def test_an_llm_failure_says_how_to_resume_with_this_interpreter(tmp_path):
     assert tracker.status == "FAILED"
     assert str(caught.value).endswith(f"then {resources.python_command('-m', 'evoteam', f'resume={tmp_path}/run')}")
     assert sys.executable in str(caught.value)
+
+
+def _read_only(folder):
+    """A command prefix under which `folder` is read-only: a read-only bind mount in a mount namespace of its own as
+    root (who writes through file modes), else the folder's mode."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return []
+    if subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m) for a read-only mount")
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            f'mount --bind "{folder}" "{folder}" && mount -o remount,bind,ro "{folder}" && exec "$@"', "sh"]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_an_unwritable_mlflow_store_is_one_line_at_once(tmp_path, existing):
+    """Issue 54: a sqlite store on a read-only mount took 106 s of MLflow's retries and 39 warning lines (no database
+    there yet), or a SQLAlchemy error over several lines (one there), before the run's one-line error."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    store = tmp_path / "ro"
+    store.mkdir()
+    if existing:
+        sqlite3.connect(store / "evoteam.db").close()
+    uri = f"sqlite:///{store}/evoteam.db"
+    started = time.monotonic()
+    result = subprocess.run([*_read_only(store), sys.executable, "-m", "evoteam", "hardware=cpu", "team=single",
+                             "task.workloads=[00cb2bc2]", "budget.max_evaluations=1", f"tracking.tracking_uri={uri}"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - started
+    assert result.returncode == 2, (result.stdout[-2000:], result.stderr[-2000:])
+    why = "Read-only file system" if os.geteuid() == 0 else "Permission denied"
+    assert result.stderr == (f"evoteam: error: tracking.tracking_uri={uri}: cannot write {store} ({why}); give a store "
+                             f"in a writable folder (tracking.tracking_uri=sqlite:///<path>.db) or use tracking=none\n")
+    assert result.stdout == "" and took < 30, (took, result.stdout[-2000:])  # before the job started
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"]  # no run folder
+
+
+def test_a_store_beside_a_file_is_refused_in_the_job_too(tmp_path):
+    """The job's own check (a resumed run logs to the store it started in, which the command line does not name)."""
+    from evoteam.errors import UserError
+    from evoteam.tracking import Tracker
+
+    (tmp_path / "afile").write_text("data\n")
+    uri = f"sqlite:///{tmp_path}/afile/evoteam.db"
+    with pytest.raises(UserError, match=r"afile: it is a file, not a folder; give a store in a writable folder"):
+        Tracker(uri, "evoteam", tmp_path / "run").start()

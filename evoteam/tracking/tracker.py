@@ -20,6 +20,7 @@ from evoteam.tracking.store import (
     PARAM_LIMIT,
     RUN_FILE,
     check_reachable,
+    check_store_writable,
     current_sweep_id,
     flatten,
     get_or_create_experiment,
@@ -85,6 +86,7 @@ class Tracker(NullTracker):
         from mlflow import MlflowClient
 
         check_reachable(self.tracking_uri)
+        check_store_writable(self.tracking_uri)
         try:
             self.client = MlflowClient(tracking_uri=self.tracking_uri)
             self.experiment_id = get_or_create_experiment(self.client, self.experiment, self.tracking_uri)
