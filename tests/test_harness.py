@@ -218,7 +218,20 @@ def test_bench_output_paths_are_checked_before_the_evaluation_and_a_measurement_
         assert len(lines) == 1 and json.loads(lines[0])["workload"]["uuid"] == small_uuids[0]
         written = json.loads((report if what == "traces" else kept).read_text())
         assert written["summary"]["passed"] == 1 and written["results"][0]["uuid"] == small_uuids[0]
+        assert {"geomean_ci_low", "geomean_ci_high"} <= set(written["summary"])  # MLflow's names, less final_
         kept.unlink()
+
+
+def test_bench_help_describes_the_command_in_whole_sentences(capsys):
+    """Issue 54: the description was the docstring's first line, cut mid-sentence ("... on a task and")."""
+    from evoteam import bench
+
+    with pytest.raises(SystemExit) as done:
+        bench.parse_args(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "evaluate one solution file on a task and hardware target with the harness" in text, text
+    assert "write FlashInfer-Trace lines and a JSON report. positional arguments:" in text, text
 
 
 def test_a_killed_caller_leaves_no_evaluation_running_and_no_folder_behind(tmp_path, small_uuids, monkeypatch):

@@ -49,7 +49,8 @@ def test_resume_refuses_an_override_that_changes_what_the_run_measures(finished_
     assert result.returncode == 2, result.stdout[-2000:]
     line = result.stderr.strip()
     assert line.count("\n") == 0 and "Traceback" not in line, line
-    assert "task=" in line and "differs from the run's" in line, line
+    assert "task=kda_prefill differs from the run's task.name=mla_decode, " in line, line
+    assert "{" not in line and len(line) < 400, line  # the differing keys, not both configuration sections whole
     result = evoteam_cli(f"resume={run_dir}", "budget.max_evaluations=50", cwd=run_dir.parent)
     assert result.returncode == 2 and "budget.max_evaluations" in result.stderr, result.stderr
 
@@ -61,6 +62,8 @@ def test_resuming_a_finished_run_shows_its_table_and_measures_nothing(finished_r
     result = evoteam_cli(f"resume={run_dir}", "tracking=none", cwd=run_dir.parent)  # a safe override
     assert result.returncode == 0, result.stderr[-2000:]
     assert "finished earlier" in result.stdout and "remeasure=true" in result.stdout
+    # the table as measured, its shape column filled (the run's scaled-down workload, not the full-scale list's)
+    assert re.search(r"\n[0-9a-f]{8}  batch_size=1 num_kv_indices=\d+ +PASSED", result.stdout), result.stdout
     assert (run_dir / "final" / "results.json").read_text() == before
     assert (run_dir / "workspace" / "attempts.jsonl").read_text() == attempts
 
