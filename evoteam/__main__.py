@@ -59,7 +59,7 @@ def _fixed_sweep_dir(argv: list[str]) -> list[str]:
 
 def _resume_in_place(argv: list[str]) -> list[str]:
     """`resume=<dir>` (one run): Hydra's folder is the resumed run's own, so that no new runs/<now>/ is made, and
-    Hydra writes no .hydra/ there (the run's own records how it started; its log, __main__.log, goes on). A
+    Hydra writes no .hydra/ there (the run's own records how it started). A
     multirun's job folders are removed by the job (mainjob.remove_unstarted_run_dir)."""
     if {"-m", "--multirun"} & set(argv) or _given(argv, "hydra.run.dir") is not None:
         return argv

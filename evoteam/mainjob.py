@@ -2,9 +2,11 @@
 policy) that search for faster kernels of the task on the hardware target, within a budget;
 the best verified kernels are re-measured against the baseline at the end (where a team measured one).
 
-Everything lands in the run directory: `config.yaml`, `state.json` (checkpoint), `workspace/`
-(attempts, team specs, strategy ledger, notes), `llm_journal.jsonl`, `final/` (dispatch table,
-kernels, per-workload results, FlashInfer-Trace lines). `resume=<run dir>` continues a run.
+Everything lands in the run directory: `config.yaml`, `state.json` (checkpoint), `run.log`, `workspace/`
+(attempts, team specs; the strategy ledger and notes where members write them), `final/` (dispatch table,
+kernels, per-workload results, FlashInfer-Trace lines), `mlflow_run.json`, and with an LLM `brief.md` and
+`llm_journal.jsonl` (README.md's table, which tests/test_mainjob.py holds to what a run writes).
+`resume=<run dir>` continues a run.
 """
 
 from __future__ import annotations

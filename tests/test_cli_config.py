@@ -142,13 +142,14 @@ def test_resume_makes_no_new_folder_and_keeps_the_runs_record(evoteam_cli, tmp_p
     result = evoteam_cli("resume=old", "tracking=none", cwd=tmp_path)  # relative, as a user types it
     assert result.returncode == 0, result.stderr[-2000:]
     assert "old finished earlier" in result.stdout
-    # Hydra's folder was the run's own: nothing new beside it, its .hydra/ record as it was (Hydra's log goes on)
-    assert _tree(tmp_path) == sorted({*before, "old/__main__.log"}), _tree(tmp_path)
+    # Hydra's folder was the run's own: nothing new beside it or in it (no empty __main__.log either), its .hydra/
+    # record as it was
+    assert _tree(tmp_path) == before, _tree(tmp_path)
     assert (run / ".hydra" / "overrides.yaml").read_text() == "- how it started\n"
     # refused inside the job (after Hydra's folder is made): no folder either
     result = evoteam_cli(f"resume={run}", "task=kda_prefill", cwd=tmp_path)
     assert result.returncode == 2 and "differs from the run's" in result.stderr, result.stderr
-    assert _tree(tmp_path) == sorted({*before, "old/__main__.log"}), _tree(tmp_path)
+    assert _tree(tmp_path) == before, _tree(tmp_path)
     # a multirun of resumes: its jobs' folders go (the sweep keeps its multirun.yaml)
     result = evoteam_cli("-m", f"resume={run},{_finished_run(tmp_path / 'two', evoteam_cli)}", "tracking=none",
                          f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)

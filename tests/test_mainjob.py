@@ -152,3 +152,36 @@ def test_a_finished_run_exports_to_a_dataset_flashinfer_bench_loads(finished_run
     assert named == {s.name for s in trace_set.solutions[definition]}
     assert all(name.startswith("mla_decode_evoteam_") for name in named)  # unique across tasks
     assert {t.workload.uuid for t in trace_set.traces[definition]} <= {w.workload.uuid for w in trace_set.workloads[definition]}
+
+
+def _readme_run_folder_table() -> dict[str, str]:
+    """README.md's table of what lands in the run directory: path -> what it says of it."""
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text().split("Everything lands in the run directory", 1)[1]
+    table = text.split("\n\n")[1]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        path, what = line.strip().strip("|").split("|", 1)
+        rows[path.strip().strip("`")] = what.strip()
+    return rows
+
+
+def test_the_readme_names_every_file_a_run_writes_and_says_when_the_others_come(finished_run):
+    """Issue 54: the README named files a default run does not write (llm_journal.jsonl, the strategy ledger,
+    notes) as if every run did, and left out one it does (an empty __main__.log, now not written at all)."""
+    run_dir, _ = finished_run
+    rows = _readme_run_folder_table()
+
+    def entries(folder):
+        return {p.name + ("/" if p.is_dir() else "") for p in folder.iterdir()}
+
+    written = entries(run_dir)
+    assert written <= set(rows), f"written but not in README.md's table: {written - set(rows)}"
+    for path in set(rows) - written:  # tracking=none here: no mlflow_run.json; the offline policy: no LLM's files
+        assert "only with" in rows[path], f"README.md lists {path} as if every run wrote it"
+    named = set(re.findall(r"`([^`]+)`", rows["workspace/"]))
+    conditional = set(re.findall(r"`([^`]+)`", rows["workspace/"].split("only with", 1)[1]))
+    inside = entries(run_dir / "workspace")
+    assert inside <= named, f"in workspace/ but not in its row: {inside - named}"
+    assert named - inside <= conditional, f"named as always written, not written: {named - inside - conditional}"
