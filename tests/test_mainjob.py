@@ -35,6 +35,19 @@ def test_progress_is_one_short_line_per_evaluation_and_the_log_file_has_the_rest
     assert f"full account: {run_dir / 'run.log'}" in result.stdout
 
 
+def test_the_estimate_counts_the_final_measurement_and_the_final_shows_its_progress(finished_run):
+    """Issue 54: after "~0:00 left" the final measurement ran 13-29 s with no output. Now the last evaluation's
+    estimate includes it, and it prints a line per evaluation with what is left of it."""
+    _, result = finished_run
+    out = result.stdout
+    last = [line for line in out.splitlines() if line.startswith("  eval ")][-1]
+    left = re.search(r", ~(\d+):(\d\d) left\]", last)
+    assert left and int(left[1]) * 60 + int(left[2]) > 0, last  # the final measurement is still to come
+    plan = re.search(r"\nfinal: 1 evaluation\(s\): 1 kernel\(s\) on 1 workload\(s\), ~\d+:\d\d\n", out)
+    line = re.search(r"\n  final 1/1 \[\d+:\d\d, ~0:00 left\]  \S+  1 wl  PASSED \d\.\d{3}x\n", out)
+    assert plan and line and plan.start() < line.start() < out.index("\nworkload  shape"), out[-3000:]
+
+
 def test_the_saved_configuration_records_what_the_run_resolved_to(finished_run):
     run_dir, _ = finished_run
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
