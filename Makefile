@@ -1,12 +1,14 @@
 # Two entry points (see README.md): `make run` sets up and runs the main job, `make test` the tests.
-# Both create .venv on first use and reinstall only when pyproject.toml changes.
+# Both create .venv on first use and reinstall only when pyproject.toml changes. `make run` installs what the main
+# job needs ($(VENV)/.installed); `make test` adds the test tools on top ($(VENV)/.installed-dev: the dev extra,
+# with Ray for executor=ray's tests, and flashinfer-bench's data model).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # A CPU-only machine takes torch's CPU build; on a GPU host use the torch already there: make TORCH=torch
 TORCH  ?= torch==2.13.0
 # Extra pip arguments for torch, e.g. PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"
 PIP_ARGS ?=
-# What installs everything but torch: uv, from PyPI (make .venv/.installed in a fresh clone on the 2-core CI machine:
+# What installs everything but torch: uv, from PyPI (the dev install in a fresh clone on the 2-core CI machine:
 # 46-49 s where pip alone took 101 s); INSTALLER=pip for pip alone, where pip's configuration names a private index
 # (or tell uv: UV_INDEX_URL).
 INSTALLER ?= uv
@@ -18,12 +20,20 @@ INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 endif
 
 .PHONY: run test lint browser sandbox clis
+# What the main job needs: torch, evoteam and its dependencies (no test tools, no Ray).
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || { echo "make: creating $(VENV)"; python3 -m venv $(VENV); }
-	@echo "make: installing evoteam and its dependencies ($(TORCH), hydra, mlflow, litellm, ...) into $(VENV) with $(INSTALLER): a minute or two on a first install"
+	@echo "make: installing evoteam and what the main job needs ($(TORCH), hydra, mlflow, litellm, ...) into $(VENV) with $(INSTALLER): a minute on a first install"
 	@# torch through pip, which reads this machine's pip configuration (its find-links or index: where a CPU build
 	@# lies); uv keeps the torch it finds
 	@$(PY) -m pip install -q --disable-pip-version-check $(PIP_ARGS) "$(TORCH)" $(if $(filter uv,$(INSTALLER)),uv==0.13.9)
+	@$(INSTALL) -e .
+	@touch $@
+	@echo "make: $(VENV) is ready"
+
+# The test tools on top (make test, make lint): the dev extra, then flashinfer-bench's data model.
+$(VENV)/.installed-dev: $(VENV)/.installed
+	@echo "make: installing the test tools (pytest, ruff, hadolint, Ray, flashinfer-bench's data model) into $(VENV)"
 	@$(INSTALL) -e ".[dev]"
 	@# flashinfer-bench's data model, to check that it reads our traces: its models' deps, then it alone
 	@# (its kernels' deps are not needed); last and without deps, so the installer has no conflict to report
@@ -31,12 +41,12 @@ $(VENV)/.installed: pyproject.toml
 	@$(INSTALL) "pydantic>=2" "docstring-parser>=0.16" "safetensors>=0.5"
 	@$(INSTALL) --no-deps flashinfer-bench==0.1.2
 	@touch $@
-	@echo "make: $(VENV) is ready"
+	@echo "make: $(VENV) is ready for the tests"
 
 run: $(VENV)/.installed sandbox
 	$(PY) -m evoteam $(ARGS)
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 
 # The tests run in parallel (pytest-xdist): three workers for two cores, since a test waits on its subprocesses about

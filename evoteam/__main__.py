@@ -59,7 +59,7 @@ def _fixed_sweep_dir(argv: list[str]) -> list[str]:
 
 def _resume_in_place(argv: list[str]) -> list[str]:
     """`resume=<dir>` (one run): Hydra's folder is the resumed run's own, so that no new runs/<now>/ is made, and
-    Hydra writes no .hydra/ there (the run's own records how it started; its log, __main__.log, goes on). A
+    Hydra writes no .hydra/ there (the run's own records how it started). A
     multirun's job folders are removed by the job (mainjob.remove_unstarted_run_dir)."""
     if {"-m", "--multirun"} & set(argv) or _given(argv, "hydra.run.dir") is not None:
         return argv
@@ -121,8 +121,9 @@ def _repeats(argv: list[str]) -> list[str]:
 def main() -> None:
     try:
         argv = _repeats(sys.argv[1:])
-        one_job = not {"-m", "--multirun"} & set(argv) and not any(a.split("=", 1)[0] in PRINT_ONLY for a in argv)
-        cli_errors.preflight(_overrides(argv), run_dir=one_job and _given(argv, "hydra.run.dir") is None)
+        runs = not any(a.split("=", 1)[0] in PRINT_ONLY for a in argv)
+        one_job = runs and not {"-m", "--multirun"} & set(argv)
+        cli_errors.preflight(_overrides(argv), run_dir=one_job and _given(argv, "hydra.run.dir") is None, writes=runs)
         argv = _fixed_sweep_dir(argv)
         _check_folders(argv)
     except cli_errors.ConfigInputError as exc:

@@ -18,11 +18,13 @@ from pathlib import Path
 from evoteam import report
 from evoteam.errors import UserError, exit_code_of
 from evoteam.harness.model import TIMING_MODES, Status
-from evoteam.schema import append_traces
+from evoteam.outputs import check_output_file, write_output
+from evoteam.schema import trace_line
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m evoteam.bench", description=__doc__.splitlines()[0])
+    # the module docstring's first paragraph, whole (its first line alone stopped mid-sentence)
+    p = argparse.ArgumentParser(prog="python -m evoteam.bench", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("solution", help="the candidate: a Python file (entry point `run` unless --entry), a .cu or .cpp "
                    "file (torch binding, entry `run`), or a FlashInfer-Trace solution JSON (Python, Triton, C++ or "
                    "CUDA sources)")
@@ -104,11 +106,17 @@ def run(args: argparse.Namespace) -> int:
                              use_baseline_cache=args.use_baseline_cache,
                              static_scan=not args.no_static_scan, sandbox=args.sandbox,
                              workload_timeout_s=args.timeout)
+    # The output paths, checked (their folders made) before the evaluation: a bad one is one line now, not a
+    # traceback after the measurement.
+    for path, flag in ((args.traces, "--traces"), (args.json, "--json")):
+        if path is not None:
+            check_output_file(path, flag)
     naming = f"; traces name it {traced}" if args.traces else ""
     rule = "flashinfer-bench's" if args.fib_rule else "evoteam's"
     print(f"evoteam.bench: {name} on {target.describe()}; baseline {args.baseline} {request.baseline_options or ''}; "
           f"seed {'secret' if args.seed is None else args.seed}; {rule} pass rule{naming}", flush=True)
     done = {"n": 0}
+    unwritten: list[str] = []  # trace lines that could not be appended: kept in a file of their own at the end
 
     def progress(result) -> None:
         done["n"] += 1
@@ -116,7 +124,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{done['n']}/{len(workloads)}] {result.uuid[:8]} {labels[result.uuid]}: {result.status}{speed}",
               flush=True)
         if args.traces:
-            append_traces(args.traces, [to_trace(task.definition.name, by_uuid[result.uuid], traced, result, hw.name)])
+            line = trace_line(to_trace(task.definition.name, by_uuid[result.uuid], traced, result, hw.name))
+            if not unwritten:
+                try:
+                    with open(args.traces, "a") as fh:
+                        fh.write(line)
+                    return
+                except OSError:  # the evaluation goes on; this line and the next are written (or kept) at the end
+                    pass
+            unwritten.append(line)
 
     started = time.monotonic()
     outcome = evaluate(request, executor=target.executor.evaluator, on_result=progress)
@@ -127,10 +143,22 @@ def run(args: argparse.Namespace) -> int:
     sandbox = outcome.sandbox.get("mode", "-")
     print(f"evaluation {elapsed:.1f} s; sandbox {sandbox}; runner restarts {outcome.restarts}; "
           f"seed {outcome.seed}{'' if outcome.seed_secret else ' (given, not secret)'}")
+    lost = []  # what could not be written where asked, each kept elsewhere (never lost)
+    if unwritten:
+        try:
+            write_output(args.traces, "".join(unwritten), "--traces", "traces", append=True)
+        except UserError as exc:
+            lost.append(str(exc))
     if args.json:
         summary = report.summarize(outcome.results)
-        args.json.write_text(json.dumps({"request": request.__dict__, "summary": summary.__dict__,
-                                         "elapsed_s": elapsed, **outcome.to_json()}, indent=1))
+        text = json.dumps({"request": request.__dict__, "summary": summary.__dict__, "elapsed_s": elapsed,
+                           **outcome.to_json()}, indent=1)
+        try:
+            write_output(args.json, text, "--json", "report")
+        except UserError as exc:
+            lost.append(str(exc))
+    if lost:
+        raise UserError("; ".join(lost))
     return 0 if all(r.status == Status.PASSED for r in outcome.results) else 1
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tempfile
 import typing
 from enum import Enum
 from pathlib import Path
@@ -25,6 +24,8 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 
 from evoteam import config, resources
 from evoteam.errors import UserError
+from evoteam.outputs import unwritable_folder
+from evoteam.tracking.store import check_store_writable
 
 
 class ConfigInputError(UserError):
@@ -197,10 +198,11 @@ def _expand(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
-def preflight(overrides: list[str], run_dir: bool = False) -> None:
+def preflight(overrides: list[str], run_dir: bool = False, writes: bool = False) -> None:
     """Compose every configuration the command line asks for; raise ConfigInputError on the first bad one.
     run_dir: the command runs one job in the folder `run_dir` names (Hydra creates it before the job), so
-    check that it can be created and written."""
+    check that it can be created and written. writes: the command runs its job(s), which log to the tracking
+    store (a command that only prints, --cfg or --help, writes nothing)."""
     try:
         variants = _expand(overrides)
     except OverrideParseException as exc:
@@ -221,6 +223,13 @@ def preflight(overrides: list[str], run_dir: bool = False) -> None:
             raise ConfigInputError(NEEDS_MODEL)
         elif run_dir:
             check_writable(str(cfg.run_dir), "run_dir")
+        if writes and not cfg.resume and cfg.tracking.backend == config.TrackingBackend.mlflow:
+            # a local store that cannot be written: one line now, not minutes of MLflow's retries inside the job (a
+            # resumed run logs to the store it started in: the job checks that one)
+            try:
+                check_store_writable(str(cfg.tracking.tracking_uri))
+            except UserError as exc:
+                raise ConfigInputError(str(exc)) from None
 
 
 def check_resumable(folder: str) -> None:
@@ -232,42 +241,7 @@ def check_resumable(folder: str) -> None:
 
 
 def check_writable(folder: str, key: str) -> None:
-    """The folder `key` names can be created (with its parents) and written; else one line. Found by trying:
-    what the probe creates it removes again."""
-    why = _unwritable(Path(os.path.abspath(folder)))
+    """The folder `key` names can be created (with its parents) and written; else one line."""
+    why = unwritable_folder(Path(os.path.abspath(folder)))
     if why:
         raise ConfigInputError(f"{key}={folder}: {why}; give a writable folder ({key}=<path>)")
-
-
-def _unwritable(folder: Path) -> str | None:
-    missing = []
-    existing = folder
-    while not existing.exists() and not existing.is_symlink():
-        missing.append(existing)
-        existing = existing.parent
-    if not existing.is_dir():
-        return (f"cannot create {folder}: {existing} is a file, not a folder" if missing
-                else f"cannot write {folder}: it is a file, not a folder")
-    made: list[Path] = []
-    try:
-        for path in reversed(missing):
-            try:
-                path.mkdir()
-            except OSError as exc:
-                return f"cannot create {path} ({exc.strerror or type(exc).__name__})"
-            made.append(path)
-        try:
-            fd, probe = tempfile.mkstemp(dir=folder, prefix=".evoteam-write-probe-")
-        except OSError as exc:
-            return f"cannot write {folder} ({exc.strerror or type(exc).__name__})"
-        os.close(fd)
-        os.unlink(probe)
-    finally:
-        for path in reversed(made):
-            try:
-                path.rmdir()
-            except OSError:  # someone else's file in it by now: theirs to keep
-                pass
-    return None
-
-

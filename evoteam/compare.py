@@ -521,7 +521,10 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m evoteam.compare",
                      description="Equal- vs extra-budget final speedups per team preset, hardware and task, "
-                                 "from the evoteam runs in MLflow; logged as a summary run.")
+                                 "from the evoteam runs in MLflow, each a geomean over the cell's runs with its 95% "
+                                 "bootstrap interval; runs of the same seed paired (extra against equal budget, "
+                                 "preset against preset) into a ratio with its interval, a permutation test's p-value "
+                                 "and a verdict (better, worse or within noise). Printed, and logged as a summary run.")
     parser.add_argument("--tracking-uri", default=DEFAULT_URI, help=f"MLflow store or server (default {DEFAULT_URI})")
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="experiment name (default evoteam)")
     parser.add_argument("--sweep-id", default=None, help="only the jobs of this multirun (its sweep folder name)")

@@ -2,9 +2,11 @@
 policy) that search for faster kernels of the task on the hardware target, within a budget;
 the best verified kernels are re-measured against the baseline at the end (where a team measured one).
 
-Everything lands in the run directory: `config.yaml`, `state.json` (checkpoint), `workspace/`
-(attempts, team specs, strategy ledger, notes), `llm_journal.jsonl`, `final/` (dispatch table,
-kernels, per-workload results, FlashInfer-Trace lines). `resume=<run dir>` continues a run.
+Everything lands in the run directory: `config.yaml`, `state.json` (checkpoint), `run.log`, `workspace/`
+(attempts, team specs; the strategy ledger and notes where members write them), `final/` (dispatch table,
+kernels, per-workload results, FlashInfer-Trace lines), `mlflow_run.json`, and with an LLM `brief.md` and
+`llm_journal.jsonl` (README.md's table, which tests/test_mainjob.py holds to what a run writes).
+`resume=<run dir>` continues a run.
 """
 
 from __future__ import annotations
@@ -28,15 +30,27 @@ SAFE_ON_RESUME = ("tracking", "executor.timeout_s", "executor.docker_host", "exe
                   "llm.api_base", "llm.timeout_s", "llm.max_retries", "remeasure", "resume")
 
 
-def _command_line_keys() -> list[str]:
-    """The keys the command line set (Hydra's overrides of this job)."""
+def _command_line_keys() -> dict[str, str]:
+    """The keys the command line set (Hydra's overrides of this job), each with its value as typed."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
         lines = list(HydraConfig.get().overrides.task)
     except Exception:  # outside Hydra (tests)
-        return []
-    return [line.split("=", 1)[0].lstrip("+~") for line in lines if "=" in line]
+        return {}
+    return {line.split("=", 1)[0].lstrip("+~"): line.split("=", 1)[1] for line in lines if "=" in line}
+
+
+def _differences(key: str, new, old, shown: int = 2) -> str:
+    """The run's values where `new` differs from them: the key itself, or for a group (task=..., a whole section)
+    its first differing keys, never both sections whole."""
+    if not (OmegaConf.is_dict(new) and OmegaConf.is_dict(old)):
+        return f"{key}={OmegaConf.to_container(old) if OmegaConf.is_config(old) else old}"
+    flat_new, flat_old = (tracking.flatten(OmegaConf.to_container(c, resolve=True, enum_to_str=True), f"{key}.")
+                          for c in (new, old))
+    differ = [k for k in flat_old if flat_new.get(k) != flat_old[k]] + [k for k in flat_new if k not in flat_old]
+    parts = [f"{k}={flat_old.get(k, '(unset)')}" for k in differ[:shown]]
+    return ", ".join(parts) + (f" and {len(differ) - shown} more" if len(differ) > shown else "")
 
 
 def _resumed(cfg: DictConfig) -> tuple[Path, DictConfig]:
@@ -48,14 +62,13 @@ def _resumed(cfg: DictConfig) -> tuple[Path, DictConfig]:
         raise UserError(f"resume={cfg.resume} is not an evoteam run directory (no config.yaml); "
                         f"give the folder of an earlier run")
     merged = OmegaConf.merge(cfg, OmegaConf.load(saved))  # typed by the schema, values of the run
-    for key in _command_line_keys():
+    for key, typed in _command_line_keys().items():
         new, old = OmegaConf.select(cfg, key), OmegaConf.select(merged, key)
         if key == "resume" or new == old:
             continue
         if not (key in SAFE_ON_RESUME or key.startswith(tuple(k + "." for k in SAFE_ON_RESUME))):
-            shown = lambda v: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v  # noqa: E731
-            raise UserError(f"resume={run_dir}: {key}={shown(new)} differs from the run's {key}={shown(old)}; a "
-                            f"resumed run keeps what it measures (drop {key}=..., or start a new run without resume=)")
+            raise UserError(f"resume={run_dir}: {key}={typed} differs from the run's {_differences(key, new, old)}; "
+                            f"a resumed run keeps what it measures (drop {key}=..., or start a new run without resume=)")
         OmegaConf.update(merged, key, new, merge=False)
     merged.resume = str(run_dir)
     remove_unstarted_run_dir(merged)  # the run goes on in its own folder: none of Hydra's new ones is left
@@ -103,7 +116,10 @@ def _show_finished(run_dir: Path, cfg: DictConfig) -> float | None:
     from evoteam.task import load_task, shape_label
 
     results = [WorkloadResult.from_json(r) for r in json.loads((run_dir / "final" / "results.json").read_text())]
-    labels = {w.uuid: shape_label(w) for w in load_task(cfg.task.name).workloads}
+    # the workloads at the run's scale (its saved configuration records the one it resolved to): a CPU run's are
+    # the scaled-down ones, whose uuids the full-scale list does not hold (the shape column was empty)
+    task = load_task(cfg.task.name)
+    labels = {w.uuid: shape_label(w) for w in task.scaled_workloads(cfg.task.scale or "full")}
     print(f"evoteam: {run_dir} finished earlier; its final table as measured then (add remeasure=true to "
           f"measure its kernels again):\n{report.format_table(results, labels, 'best')}", flush=True)
     return report.summarize(results).geomean_speedup

@@ -16,23 +16,21 @@ class Summary:
     worst_speedup: float | None
     worst_workload: str | None
     max_noise: float | None
-    # the geomean's 95% bootstrap interval over the workloads (evoteam.uncertainty.geomean_interval)
-    geomean_low: float | None = None
-    geomean_high: float | None = None
+    # the geomean's 95% bootstrap interval over the workloads (evoteam.uncertainty.geomean_interval); the same names,
+    # prefixed final_, in MLflow (evoteam.tracking.tracker.final_metrics) and compare's table (<budget>_geomean_ci_low)
+    geomean_ci_low: float | None = None
+    geomean_ci_high: float | None = None
     # KernelBench's fast_p: the share of workloads correct and faster than p times the baseline, p in FAST_P
     fast_p: dict = field(default_factory=dict)
 
     def line(self) -> str:
-        def f(v: float | None, spec: str) -> str:
-            return "-" if v is None else format(v, spec)
-
-        interval = (f" [{self.geomean_low:.3f}, {self.geomean_high:.3f}]"
-                    if self.geomean_low is not None and self.geomean_high is not None else "")
+        interval = (f" [{self.geomean_ci_low:.3f}, {self.geomean_ci_high:.3f}]"
+                    if self.geomean_ci_low is not None and self.geomean_ci_high is not None else "")
         fast = ", ".join(f"fast_{p:g} {v:.2f}" for p, v in self.fast_p.items() if v is not None)
         return (f"{self.passed}/{self.workloads} passed; wins {self.wins}; geomean speedup "
-                f"{f(self.geomean_speedup, '.3f')}x{interval}; worst {f(self.worst_speedup, '.3f')}x"
+                f"{_fmt(self.geomean_speedup, '.3f', 'x')}{interval}; worst {_fmt(self.worst_speedup, '.3f', 'x')}"
                 f"{' (' + self.worst_workload[:8] + ')' if self.worst_workload else ''}; "
-                f"max noise {f(None if self.max_noise is None else 100 * self.max_noise, '.1f')}%"
+                f"max noise {_fmt(None if self.max_noise is None else 100 * self.max_noise, '.1f', '%')}"
                 f"{'; ' + fast if fast else ''}")
 
 
@@ -49,7 +47,8 @@ def summarize(results: list[WorkloadResult]) -> Summary:
     return Summary(workloads=len(results), passed=sum(r.status == Status.PASSED for r in results),
                    wins=sum(r.speedup > 1.0 for r in timed), geomean_speedup=mean,
                    worst_speedup=worst.speedup if worst else None, worst_workload=worst.uuid if worst else None,
-                   max_noise=max(noises) if noises else None, geomean_low=interval.low, geomean_high=interval.high,
+                   max_noise=max(noises) if noises else None, geomean_ci_low=interval.low,
+                   geomean_ci_high=interval.high,
                    fast_p={p: fast_p(counted, p) for p in FAST_P} if results else {})
 
 
@@ -66,7 +65,7 @@ def format_table(results: list[WorkloadResult], labels: dict[str, str], candidat
                  bandwidth_ceiling_tbs: float | None = None, failure_lines: bool = True) -> str:
     """One row per workload; `labels` maps uuid -> a short shape description. `failure_lines`: the first
     200 characters of each failure's detail below the table."""
-    baseline = next((r.baseline for r in results if r.baseline), "baseline")
+    baseline = next((r.baseline for r in results if r.baseline), None)
     header = ["workload", "shape", "status", "baseline ms", f"{candidate} ms", "speedup", "noise"]
     if bandwidth_ceiling_tbs:
         header.append(f"% of {bandwidth_ceiling_tbs:g} TB/s")
@@ -82,7 +81,8 @@ def format_table(results: list[WorkloadResult], labels: dict[str, str], candidat
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
     modes = sorted({r.timing_mode for r in results if r.timing_mode})
-    lines.append(f"baseline {baseline}; timing mode {', '.join(modes) or '-'}")
+    # where no workload reached the baseline (every one failed first), say so rather than "baseline baseline"
+    lines.append(f"baseline {baseline or 'not run'}; timing mode {', '.join(modes) or 'none (nothing was timed)'}")
     if any(m.startswith(("cputime", "wallclock (no cgroup")) for m in modes):
         lines.append(CPU_NOTE)
     lines.append(summarize(results).line())

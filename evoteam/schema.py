@@ -512,8 +512,13 @@ def load_traces(path: str | Path) -> list[Trace]:
     return [Trace.from_json(obj) for obj in read_jsonl(path)]
 
 
+def trace_line(trace: Trace) -> str:
+    """A trace as its JSON line (newline included), as append_traces writes it."""
+    return json.dumps(trace.to_json(), separators=(",", ":")) + "\n"
+
+
 def append_traces(path: str | Path, traces: Iterable[Trace]) -> None:
     """Append one JSON line per trace (appending keeps earlier lines if a run is interrupted)."""
     with open(path, "a") as fh:
         for t in traces:
-            fh.write(json.dumps(t.to_json(), separators=(",", ":")) + "\n")
+            fh.write(trace_line(t))

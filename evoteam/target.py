@@ -89,7 +89,8 @@ class Target:
 
     def describe(self) -> str:
         where = f"; executor {self.executor.describe()}" if self.executor else ""
-        return (f"{self.task.name} ({len(self.workloads)} workloads, scale {self.scale}) on {self.hw.name}; "
+        n = len(self.workloads)
+        return (f"{self.task.name} ({n} workload{'' if n == 1 else 's'}, scale {self.scale}) on {self.hw.name}; "
                 f"timing {self.timing_mode}{where}")
 
 

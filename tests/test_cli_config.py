@@ -142,13 +142,14 @@ def test_resume_makes_no_new_folder_and_keeps_the_runs_record(evoteam_cli, tmp_p
     result = evoteam_cli("resume=old", "tracking=none", cwd=tmp_path)  # relative, as a user types it
     assert result.returncode == 0, result.stderr[-2000:]
     assert "old finished earlier" in result.stdout
-    # Hydra's folder was the run's own: nothing new beside it, its .hydra/ record as it was (Hydra's log goes on)
-    assert _tree(tmp_path) == sorted({*before, "old/__main__.log"}), _tree(tmp_path)
+    # Hydra's folder was the run's own: nothing new beside it or in it (no empty __main__.log either), its .hydra/
+    # record as it was
+    assert _tree(tmp_path) == before, _tree(tmp_path)
     assert (run / ".hydra" / "overrides.yaml").read_text() == "- how it started\n"
     # refused inside the job (after Hydra's folder is made): no folder either
     result = evoteam_cli(f"resume={run}", "task=kda_prefill", cwd=tmp_path)
     assert result.returncode == 2 and "differs from the run's" in result.stderr, result.stderr
-    assert _tree(tmp_path) == sorted({*before, "old/__main__.log"}), _tree(tmp_path)
+    assert _tree(tmp_path) == before, _tree(tmp_path)
     # a multirun of resumes: its jobs' folders go (the sweep keeps its multirun.yaml)
     result = evoteam_cli("-m", f"resume={run},{_finished_run(tmp_path / 'two', evoteam_cli)}", "tracking=none",
                          f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
@@ -314,3 +315,57 @@ def test_the_main_job_takes_fib_rule(evoteam_cli, tmp_path):
         cfg = OmegaConf.structured(config.EvoteamConfig(task=config.TaskConfig(name="mla_decode", fib_rule=fib)))
         settings = HarnessSettings.from_config(cfg, target)
         assert settings.template.fib_rule is fib and settings.final_request("k.py", []).fib_rule is fib
+
+
+def _read_only(folder):
+    """A command prefix under which `folder` is read-only: a read-only bind mount in a mount namespace of its own as
+    root (who writes through file modes), else the folder's mode."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return []
+    if subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m) for a read-only mount")
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            f'mount --bind "{folder}" "{folder}" && mount -o remount,bind,ro "{folder}" && exec "$@"', "sh"]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_an_unwritable_mlflow_store_is_one_line_at_once(tmp_path, existing):
+    """Issue 54: a sqlite store on a read-only mount took 106 s of MLflow's retries and 39 warning lines (no database
+    there yet), or a SQLAlchemy error over several lines (one there), before the run's one-line error."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    store = tmp_path / "ro"
+    store.mkdir()
+    if existing:
+        sqlite3.connect(store / "evoteam.db").close()
+    uri = f"sqlite:///{store}/evoteam.db"
+    started = time.monotonic()
+    result = subprocess.run([*_read_only(store), sys.executable, "-m", "evoteam", "hardware=cpu", "team=single",
+                             "task.workloads=[00cb2bc2]", "budget.max_evaluations=1", f"tracking.tracking_uri={uri}"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - started
+    assert result.returncode == 2, (result.stdout[-2000:], result.stderr[-2000:])
+    why = "Read-only file system" if os.geteuid() == 0 else "Permission denied"
+    assert result.stderr == (f"evoteam: error: tracking.tracking_uri={uri}: cannot write {store} ({why}); give a store "
+                             f"in a writable folder (tracking.tracking_uri=sqlite:///<path>.db) or use tracking=none\n")
+    assert result.stdout == "" and took < 30, (took, result.stdout[-2000:])  # before the job started
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"]  # no run folder
+
+
+def test_a_store_beside_a_file_is_refused_in_the_job_too(tmp_path):
+    """The job's own check (a resumed run logs to the store it started in, which the command line does not name)."""
+    from evoteam.errors import UserError
+    from evoteam.tracking import Tracker
+
+    (tmp_path / "afile").write_text("data\n")
+    uri = f"sqlite:///{tmp_path}/afile/evoteam.db"
+    with pytest.raises(UserError, match=r"afile: it is a file, not a folder; give a store in a writable folder"):
+        Tracker(uri, "evoteam", tmp_path / "run").start()

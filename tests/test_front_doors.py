@@ -87,6 +87,7 @@ def test_statuses_are_compared_as_status_not_as_strings():
 def test_a_cpu_target_resolves_once_with_its_own_clock_and_rounds():
     target = Target.resolve("mla_decode", "cpu", workloads=["00cb2bc2"], timing_mode="graph")
     assert target.hw.name == "cpu" and target.scale == "small" and len(target.workloads) == 1
+    assert "mla_decode (1 workload, scale small) on cpu" in target.describe()  # not "1 workloads"
     assert target.timing_mode == TimingMode.cputime.value  # a CPU is timed by CPU time, whatever was asked
     assert target.executor.kind == "local" and target.executor.reason == "executor=local"
     request = target.request("k.py", trials=4, warmup=None)

@@ -4,6 +4,7 @@ that skip work; the physical floor; what every result records."""
 
 import dataclasses
 import time
+from pathlib import Path
 
 import pytest
 from planted import variant, write_planted
@@ -173,6 +174,64 @@ def test_bench_exit_code_says_whether_every_workload_passed(tmp_path, small_uuid
     assert bad.returncode == 1 and "rejected" in bad.stdout, bad.stdout[-2000:]
     missing = bench(tmp_path / "absent.py")
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0, missing.stderr
+
+
+def test_bench_output_paths_are_checked_before_the_evaluation_and_a_measurement_is_never_lost(
+        tmp_path, small_uuids, capsys, monkeypatch):
+    """Issue 54: --json or --traces into a folder that did not exist or could not be written ran the evaluation to its
+    end, then lost it to a traceback. Now a missing folder is made, a bad path is one line before anything runs, and a
+    write that fails after all (/dev/full: the disk full) keeps what was measured in a file of its own."""
+    import json
+    import os
+    import tempfile
+
+    from evoteam import bench
+
+    one = [str(CANDIDATES / "mla_torch.py"), "--task", "mla_decode", "--hardware", "cpu", "--scale", "small",
+           "--workloads", small_uuids[0][:8], "--reps", "1", "--warmup", "0"]
+    (tmp_path / "afile").write_text("data\n")
+    for path, words in ((tmp_path / "afile" / "r.json", "afile: it is a file, not a folder"),
+                        (tmp_path, "it is a folder; give the path of a file"),
+                        ("/proc/nope/r.json", "cannot create /proc/nope")):
+        assert bench.main([*one, "--json", str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert err.count("\n") == 1 and err.startswith(f"evoteam.bench: error: --json {path}: ") and words in err, err
+        assert out == "", out  # refused before the evaluation started
+    assert (tmp_path / "afile").read_text() == "data\n"
+
+    if not os.access("/dev", os.W_OK):
+        pytest.skip("the disk-full case writes to /dev/full, whose folder only root may write")
+    kept_dir = tmp_path / "tmp"
+    kept_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(kept_dir))
+    report, traces = tmp_path / "new" / "deeper" / "r.json", tmp_path / "other" / "t.jsonl"
+    for json_path, traces_path in ((report, "/dev/full"), ("/dev/full", traces)):
+        assert bench.main([*one, "--json", str(json_path), "--traces", str(traces_path)]) == 2
+        out, err = capsys.readouterr()
+        what, flag = ("traces", "--traces") if traces_path == "/dev/full" else ("report", "--json")
+        assert err.count("\n") == 1 and err.startswith(
+            f"evoteam.bench: error: {flag} /dev/full: cannot write it (No space left on device); the {what} is kept "
+            f"in {kept_dir}/"), err
+        kept = Path(err.split(" is kept in ")[1].split(":")[0])
+        assert "1/1 passed" in out  # the table was shown, and what it measured is on disk:
+        lines = (traces if what == "report" else kept).read_text().splitlines()
+        assert len(lines) == 1 and json.loads(lines[0])["workload"]["uuid"] == small_uuids[0]
+        written = json.loads((report if what == "traces" else kept).read_text())
+        assert written["summary"]["passed"] == 1 and written["results"][0]["uuid"] == small_uuids[0]
+        assert {"geomean_ci_low", "geomean_ci_high"} <= set(written["summary"])  # MLflow's names, less final_
+        kept.unlink()
+
+
+def test_bench_help_describes_the_command_in_whole_sentences(capsys):
+    """Issue 54: the description was the docstring's first line, cut mid-sentence ("... on a task and")."""
+    from evoteam import bench
+
+    with pytest.raises(SystemExit) as done:
+        bench.parse_args(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "evaluate one solution file on a task and hardware target with the harness" in text, text
+    assert "write FlashInfer-Trace lines and a JSON report. positional arguments:" in text, text
 
 
 def test_a_killed_caller_leaves_no_evaluation_running_and_no_folder_behind(tmp_path, small_uuids, monkeypatch):

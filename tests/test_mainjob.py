@@ -35,6 +35,19 @@ def test_progress_is_one_short_line_per_evaluation_and_the_log_file_has_the_rest
     assert f"full account: {run_dir / 'run.log'}" in result.stdout
 
 
+def test_the_estimate_counts_the_final_measurement_and_the_final_shows_its_progress(finished_run):
+    """Issue 54: after "~0:00 left" the final measurement ran 13-29 s with no output. Now the last evaluation's
+    estimate includes it, and it prints a line per evaluation with what is left of it."""
+    _, result = finished_run
+    out = result.stdout
+    last = [line for line in out.splitlines() if line.startswith("  eval ")][-1]
+    left = re.search(r", ~(\d+):(\d\d) left\]", last)
+    assert left and int(left[1]) * 60 + int(left[2]) > 0, last  # the final measurement is still to come
+    plan = re.search(r"\nfinal: 1 evaluation\(s\): 1 kernel\(s\) on 1 workload\(s\), ~\d+:\d\d\n", out)
+    line = re.search(r"\n  final 1/1 \[\d+:\d\d, ~0:00 left\]  \S+  1 wl  PASSED \d\.\d{3}x\n", out)
+    assert plan and line and plan.start() < line.start() < out.index("\nworkload  shape"), out[-3000:]
+
+
 def test_the_saved_configuration_records_what_the_run_resolved_to(finished_run):
     run_dir, _ = finished_run
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -49,7 +62,8 @@ def test_resume_refuses_an_override_that_changes_what_the_run_measures(finished_
     assert result.returncode == 2, result.stdout[-2000:]
     line = result.stderr.strip()
     assert line.count("\n") == 0 and "Traceback" not in line, line
-    assert "task=" in line and "differs from the run's" in line, line
+    assert "task=kda_prefill differs from the run's task.name=mla_decode, " in line, line
+    assert "{" not in line and len(line) < 400, line  # the differing keys, not both configuration sections whole
     result = evoteam_cli(f"resume={run_dir}", "budget.max_evaluations=50", cwd=run_dir.parent)
     assert result.returncode == 2 and "budget.max_evaluations" in result.stderr, result.stderr
 
@@ -61,6 +75,8 @@ def test_resuming_a_finished_run_shows_its_table_and_measures_nothing(finished_r
     result = evoteam_cli(f"resume={run_dir}", "tracking=none", cwd=run_dir.parent)  # a safe override
     assert result.returncode == 0, result.stderr[-2000:]
     assert "finished earlier" in result.stdout and "remeasure=true" in result.stdout
+    # the table as measured, its shape column filled (the run's scaled-down workload, not the full-scale list's)
+    assert re.search(r"\n[0-9a-f]{8}  batch_size=1 num_kv_indices=\d+ +PASSED", result.stdout), result.stdout
     assert (run_dir / "final" / "results.json").read_text() == before
     assert (run_dir / "workspace" / "attempts.jsonl").read_text() == attempts
 
@@ -149,3 +165,36 @@ def test_a_finished_run_exports_to_a_dataset_flashinfer_bench_loads(finished_run
     assert named == {s.name for s in trace_set.solutions[definition]}
     assert all(name.startswith("mla_decode_evoteam_") for name in named)  # unique across tasks
     assert {t.workload.uuid for t in trace_set.traces[definition]} <= {w.workload.uuid for w in trace_set.workloads[definition]}
+
+
+def _readme_run_folder_table() -> dict[str, str]:
+    """README.md's table of what lands in the run directory: path -> what it says of it."""
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text().split("Everything lands in the run directory", 1)[1]
+    table = text.split("\n\n")[1]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        path, what = line.strip().strip("|").split("|", 1)
+        rows[path.strip().strip("`")] = what.strip()
+    return rows
+
+
+def test_the_readme_names_every_file_a_run_writes_and_says_when_the_others_come(finished_run):
+    """Issue 54: the README named files a default run does not write (llm_journal.jsonl, the strategy ledger,
+    notes) as if every run did, and left out one it does (an empty __main__.log, now not written at all)."""
+    run_dir, _ = finished_run
+    rows = _readme_run_folder_table()
+
+    def entries(folder):
+        return {p.name + ("/" if p.is_dir() else "") for p in folder.iterdir()}
+
+    written = entries(run_dir)
+    assert written <= set(rows), f"written but not in README.md's table: {written - set(rows)}"
+    for path in set(rows) - written:  # tracking=none here: no mlflow_run.json; the offline policy: no LLM's files
+        assert "only with" in rows[path], f"README.md lists {path} as if every run wrote it"
+    named = set(re.findall(r"`([^`]+)`", rows["workspace/"]))
+    conditional = set(re.findall(r"`([^`]+)`", rows["workspace/"].split("only with", 1)[1]))
+    inside = entries(run_dir / "workspace")
+    assert inside <= named, f"in workspace/ but not in its row: {inside - named}"
+    assert named - inside <= conditional, f"named as always written, not written: {named - inside - conditional}"

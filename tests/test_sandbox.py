@@ -107,7 +107,7 @@ def test_a_missing_layer_refuses_a_strict_evaluation_and_is_recorded_when_weak(t
     try:
         spec = SandboxSpec(scratch=tmp_path, cache=None, candidate=None, device="cpu", memory_bytes=1 << 30,
                            max_pids=64)
-        with pytest.raises(SandboxUnavailable, match="harness.sandbox=weak"):
+        with pytest.raises(SandboxUnavailable, match=r"\(executor.sandbox=weak, bench --sandbox weak\)"):
             SandboxedProcess([sys.executable, "-c", "pass"], spec, [], tmp_path / "log.txt")
         spec.mode = "weak"
         proc = SandboxedProcess([sys.executable, "-c", "pass"], spec, [], tmp_path / "log.txt")

@@ -32,8 +32,26 @@ def test_the_install_says_what_it_does_and_leaves_pip_nothing_to_complain_about(
     before other packages, pip reported its missing dependencies as a resolver error on every install. (The
     installer is uv or pip: `$(INSTALL)`.)"""
     text = (REPO / "Makefile").read_text()
-    recipe = text[text.index("$(VENV)/.installed: pyproject.toml"):].split("\n\n", 1)[0].splitlines()
+    recipe = text[text.index("$(VENV)/.installed-dev: $(VENV)/.installed"):].split("\n\n", 1)[0].splitlines()
     installs = [line for line in recipe if "pip install" in line or "$(INSTALL)" in line]
     assert "--no-deps flashinfer-bench" in installs[-1], installs
     assert sum('echo "make: ' in line for line in recipe) >= 3  # it says what it is doing
     assert all(line.lstrip().startswith("@") for line in recipe[1:] if line.strip())  # and only that
+
+
+def test_make_run_installs_what_the_main_job_needs_and_make_test_adds_the_test_tools(tmp_path):
+    """Issue 54: `make run` installed the dev extra (Ray, pytest, ruff, ...: a 3.3 GB .venv). Read from make's own
+    dry run (-n) of each target in a fresh folder's terms (-B: as if nothing were installed)."""
+    def installs(target: str) -> list[str]:
+        out = subprocess.run(["make", "-n", "-B", f"VENV={tmp_path / 'venv'}", target], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return [line for line in out.stdout.splitlines() if " install " in line and "apt-get" not in line]
+
+    run, test = installs("run"), installs("test")
+    assert any(line.endswith("install --python " + str(tmp_path / "venv/bin/python") + " -q --compile-bytecode -e .")
+               for line in run), run
+    assert not any("[dev]" in line or "flashinfer-bench" in line or "ray" in line for line in run), run
+    assert any(line.endswith('-e ".[dev]"') for line in test), test
+    assert any("--no-deps flashinfer-bench==0.1.2" in line for line in test), test
+    assert not list(tmp_path.iterdir())  # a dry run: nothing made

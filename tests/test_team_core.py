@@ -181,3 +181,4 @@ def test_each_progress_line_shows_the_elapsed_time_and_an_estimate_of_what_is_le
     assert clock(ledger) == "[1:00, ~3:00 left]"
     ledger.max_wall_time_s = 100.0  # the wall-time budget ends the search sooner than the evaluations would
     assert clock(ledger) == "[1:00, ~0:40 left]"
+    assert clock(ledger, final_s=25.0) == "[1:00, ~1:05 left]"  # and the final measurement comes after it

@@ -80,3 +80,44 @@ def test_the_compare_table_pairs_runs_by_seed_and_gives_every_cell_its_interval(
     text = compare.markdown(table, compare.preset_pairs(table))
     assert "[95% CI]" in text and "within noise (p " in text and "b better" in text
     assert "equal_geomean_ci_low" in compare.csv_text(table).splitlines()[0]
+
+
+def test_the_geomean_interval_has_one_name_in_bench_mlflow_and_compare():
+    """Issue 54: bench's JSON called it geomean_low/_high, MLflow final_geomean_ci_low/_high. Now the summary's own
+    field names are the MLflow names less final_ (and compare's columns, <budget>_geomean_ci_low)."""
+    from evoteam import report
+    from evoteam.harness.model import Status, WorkloadResult
+    from evoteam.tracking.tracker import final_metrics
+
+    results = [WorkloadResult(uuid=f"w{i}", status=Status.PASSED, baseline="reference", timing_mode="cputime",
+                              baseline_ms=1.0, candidate_ms=1.0 / s) for i, s in enumerate([1.1, 1.3, 0.9, 1.2])]
+    summary = report.summarize(results)
+    assert summary.geomean_ci_low is not None and summary.geomean_ci_high is not None
+    metrics = final_metrics(summary)
+    for name, value in vars(summary).items():
+        if name in ("worst_workload", "max_noise", "fast_p"):
+            continue
+        assert metrics[f"final_{name}"] == value, name
+    assert f"[{summary.geomean_ci_low:.3f}, {summary.geomean_ci_high:.3f}]" in summary.line()
+
+
+def test_a_table_where_nothing_was_timed_says_so():
+    """Issue 54: every workload failed -> 'baseline baseline; timing mode -; geomean speedup -x'."""
+    from evoteam import report
+    from evoteam.harness.model import Status, WorkloadResult
+
+    table = report.format_table([WorkloadResult(uuid="2eac5b85", status=Status.REJECTED, detail="syntax")],
+                                {"2eac5b85": "batch_size=1"}, "k")
+    assert "baseline not run; timing mode none (nothing was timed)" in table, table
+    assert "0/1 passed; wins 0; geomean speedup -; worst -; max noise -;" in table, table
+    assert "baseline baseline" not in table and "-x" not in table and "-%" not in table, table
+
+
+def test_compare_help_says_that_it_reports_intervals(capsys):
+    from evoteam import compare
+
+    with pytest.raises(SystemExit) as done:
+        compare.main(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "with its 95% bootstrap interval" in text and "permutation test's p-value" in text, text

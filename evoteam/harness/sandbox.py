@@ -538,7 +538,7 @@ class SandboxedProcess:
         if missing and spec.mode != "weak":
             raise SandboxUnavailable(
                 f"the evaluation sandbox is incomplete on this machine: {'; '.join(missing)}; fix that, or accept "
-                f"a weaker sandbox explicitly (harness.sandbox=weak, bench --sandbox weak)")
+                f"a weaker sandbox explicitly (executor.sandbox=weak, bench --sandbox weak)")
         self.record = {"tool": None, "namespaces": [], "uid": os.getuid(), "network": "host", "cgroup": None,
                        "mode": "strict" if not missing else "weak: no " + "; no ".join(missing)}
         self.cgroup: Cgroup | None = None
@@ -556,7 +556,7 @@ class SandboxedProcess:
             except OSError as exc:
                 if spec.mode != "weak" and not spec.trusted:
                     raise SandboxUnavailable(f"cannot create the runner's cgroup: {exc}; accept a weaker sandbox "
-                                             f"with harness.sandbox=weak") from None
+                                             f"with executor.sandbox=weak, bench --sandbox weak") from None
                 self.record["mode"] = f"weak: no cgroup ({exc})"
         (spec.scratch / "home").mkdir(parents=True, exist_ok=True)
         if spec.trusted:

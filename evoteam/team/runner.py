@@ -36,7 +36,15 @@ from evoteam.team.progress import Progress, keep_inherited_why, progress_of
 from evoteam.team.shared_measurements import SharedMeasurements
 from evoteam.team.spec import TeamSpec
 from evoteam.team.supervisor import Supervisor, stalled, verdict
-from evoteam.team.toolbox import HarnessSettings, Toolbox, default_evaluator, evaluate_in_pieces
+from evoteam.team.toolbox import (
+    HarnessSettings,
+    Toolbox,
+    default_evaluator,
+    evaluate_in_pieces,
+    pieces_to_run,
+    split_in_pieces,
+    summarize_result,
+)
 from evoteam.team.workspace import Workspace
 
 
@@ -63,6 +71,11 @@ class RunState:
 
 
 RUN_LOG = "run.log"  # in the run directory: every turn's full account
+
+# The share of an evaluation's wall time taken as fixed (the judge's and the runners' start and end) rather than
+# growing with its workloads, for the final measurement's estimate: 35-50% of a search evaluation of 2 workloads on the
+# 2-core CPU machine, by the phases its result records (2026-12-06).
+FIXED_SHARE = 0.4
 
 
 class TeamRun:
@@ -164,7 +177,7 @@ class TeamRun:
         attempt = toolbox.evaluate(champion.source(), champion_origin(champion, path, self.workloads), "benchmark",
                                    [w.uuid for w in self.workloads], grade="final")
         self.ledger.uncharged_s += time.monotonic() - started  # nor is its time: every preset inherits the same
-        self.log(progress_line(attempt, self.ledger, attempt.geomean))
+        self.log(progress_line(attempt, self.ledger, attempt.geomean, final_s=self.final_estimate_s()))
 
     def _context(self) -> TurnContext:
         progress = self.progress()
@@ -198,7 +211,8 @@ class TeamRun:
         new = self.workspace.attempts[before:]
         first = self.ledger.evaluations - len(new) + 1  # the round's evaluations, numbered in the order they ended
         for i, attempt in enumerate(new):
-            self.log(progress_line(attempt, self.ledger, self.progress().best_geomean, number=first + i))
+            self.log(progress_line(attempt, self.ledger, self.progress().best_geomean, number=first + i,
+                                   final_s=self.final_estimate_s()))
         spent = next((o for o in outcomes if isinstance(o, BudgetExceeded)), None)
         if spent is not None:
             raise spent
@@ -217,7 +231,8 @@ class TeamRun:
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="evoteam-resume") as pool:
             for attempt in pool.map(lambda d: self._toolbox(d["team"], role).run_dispatched(d), pending):
-                self.log(progress_line(attempt, self.ledger, self.progress().best_geomean))
+                self.log(progress_line(attempt, self.ledger, self.progress().best_geomean,
+                                       final_s=self.final_estimate_s()))
         if all(d["team"] == INHERITED_TEAM for d in pending):  # the inherited measurement, stopped part way
             self.ledger.uncharged_s += time.monotonic() - started  # is not charged when it finishes either
 
@@ -272,7 +287,8 @@ class TeamRun:
         new = self.workspace.attempts[before:]
         best = self.progress().best_geomean
         for i, attempt in enumerate(new):  # a turn of several evaluations: each its own number, not the turn's last
-            self.log(progress_line(attempt, self.ledger, best, number=self.ledger.evaluations - len(new) + i + 1))
+            self.log(progress_line(attempt, self.ledger, best, number=self.ledger.evaluations - len(new) + i + 1,
+                                   final_s=self.final_estimate_s()))
         if not new:
             first = account.strip().splitlines()[0] if account.strip() else "no action"
             self.log(f"  {role.name}: {first[:100]}{'...' if len(first) > 100 else ''}")
@@ -360,6 +376,29 @@ class TeamRun:
                 out[uuid] = WorkloadResult.from_json(r)
         return out
 
+    # ------------------------------------------------------------------ how long the final table takes
+    def evaluation_estimate_s(self, workloads: int) -> float | None:
+        """An evaluation of `workloads` workloads, estimated from the search's pace: its time per evaluation so far
+        (the agents' turns included, and the evaluations of a parallel round overlapping as they did), of which
+        FIXED_SHARE is taken as fixed and the rest as growing with the workloads (None: no evaluation yet)."""
+        searched = [len(a.workloads) for a in self.workspace.attempts if a.team != INHERITED_TEAM and a.workloads]
+        if not self.ledger.evaluations or not searched:
+            return None
+        pace = self.ledger.elapsed_s() / self.ledger.evaluations
+        return pace * (FIXED_SHARE + (1 - FIXED_SHARE) * workloads / (sum(searched) / len(searched)))
+
+    def final_estimate_s(self) -> float | None:
+        """The final measurement's time as the dispatch table stands now: an evaluation per kernel and piece."""
+        table = self.dispatch()
+        reused = self.uncontested(table)
+        by_kernel: dict[str, int] = {}
+        for uuid, attempt_id in table.items():
+            if uuid not in reused:
+                by_kernel[attempt_id] = by_kernel.get(attempt_id, 0) + 1
+        estimates = [self.evaluation_estimate_s(len(piece)) for n in by_kernel.values()
+                     for piece in split_in_pieces(["w"] * n)]
+        return None if any(e is None for e in estimates) else sum(estimates)
+
     def final_measurement(self, timeout_s: float) -> list[WorkloadResult]:
         table = self.dispatch()
         final_dir = self.run_dir / "final"
@@ -386,12 +425,30 @@ class TeamRun:
         for uuid, attempt_id in table.items():
             if uuid not in results:
                 by_kernel.setdefault(attempt_id, []).append(uuid)
+        journals = {a: final_dir / f"pieces-{a or 'default'}.jsonl" for a in by_kernel}
+        # the evaluations to run (a final table interrupted part way resumes where it stopped), each estimated
+        plan = [(a, len(piece)) for a, uuids in by_kernel.items() for piece in pieces_to_run(uuids, journals[a])]
+        estimates = [self.evaluation_estimate_s(n) or 0.0 for _, n in plan]
+        self.log(f"final: {len(plan)} evaluation(s): {len(by_kernel)} kernel(s) on {sum(n for _, n in plan)} "
+                 f"workload(s){', ~' + _minutes(sum(estimates)) if any(estimates) else ''}")
+        started, done = time.monotonic(), [0]
+
+        def progress(attempt_id: str, piece) -> None:  # one line per evaluation, with what is left of the final
+            done[0] += 1
+            spent, expected = time.monotonic() - started, sum(estimates[:done[0]])
+            left = sum(estimates[done[0]:]) * (spent / expected if expected else 1.0)  # at the pace so far
+            summary = summarize_result(piece)
+            verdict = (f"PASSED {summary['geomean']:.3f}x" if summary["status"] == Status.PASSED and summary["geomean"]
+                       else f"{summary['status']}")
+            self.log(f"  final {done[0]}/{len(plan)} [{_minutes(self.ledger.elapsed_s())}, ~{_minutes(left)} left]  "
+                     f"{attempt_id or 'default'}  {len(piece.results)} wl  {verdict}")
+
         for attempt_id, uuids in by_kernel.items():
             request = self.settings.final_request(str(paths[attempt_id]), uuids)
             evaluate = self.evaluator or default_evaluator
             # in pieces, journaled: a final table interrupted part way resumes where it stopped
-            journal = final_dir / f"pieces-{attempt_id or 'default'}.jsonl"
-            for r in evaluate_in_pieces(evaluate, request, timeout_s, journal).results:
+            for r in evaluate_in_pieces(evaluate, request, timeout_s, journals[attempt_id],
+                                        on_piece=lambda piece, a=attempt_id: progress(a, piece)).results:
                 results[r.uuid] = r
         (final_dir / "dispatch.json").write_text(json.dumps(table, indent=1))
         (final_dir / "dispatch_reasons.json").write_text(json.dumps(self.dispatch_reasons, indent=1))
@@ -417,9 +474,10 @@ class TeamRun:
         return "\n".join(lines)
 
 
-def progress_line(attempt, ledger: Ledger, best: float | None, number: int | None = None) -> str:
-    """One evaluation in under 120 characters: its number, the time so far and left, attempt, role, kernel, workloads,
-    verdict."""
+def progress_line(attempt, ledger: Ledger, best: float | None, number: int | None = None,
+                  final_s: float | None = None) -> str:
+    """One evaluation in under 120 characters: its number, the time so far and left (the final measurement's
+    `final_s` included), attempt, role, kernel, workloads, verdict."""
     origin = attempt.origin or {}
     kernel = str(origin.get("family") or origin.get("name") or "llm-written")[:14]
     if attempt.status != Status.PASSED:
@@ -430,19 +488,20 @@ def progress_line(attempt, ledger: Ledger, best: float | None, number: int | Non
         verdict = f"PASSED {attempt.geomean:.3f}x" + (f" (best {best:.3f}x)" if best else "")
     tokens = ledger.total.total_tokens
     number = ledger.evaluations if number is None else number
-    return (f"  eval {number}/{ledger.max_evaluations} {clock(ledger)}  {attempt.attempt_id}  "
+    return (f"  eval {number}/{ledger.max_evaluations} {clock(ledger, final_s)}  {attempt.attempt_id}  "
             f"{attempt.role[:10]:<10} {kernel:<14} {len(attempt.workloads)} wl  {verdict}"
             + (f"  {tokens / 1000:.1f}k tok" if tokens else ""))
 
 
-def clock(ledger: Ledger) -> str:
-    """The search's elapsed time and an estimate of what is left of it: the evaluations left at the pace so far,
-    within the wall-time budget (the final measurement comes after)."""
+def clock(ledger: Ledger, final_s: float | None = None) -> str:
+    """The run's elapsed time and an estimate of what is left of it: the search's evaluations left at the pace so far,
+    within the wall-time budget, and then the final measurement (`final_s`: TeamRun.final_estimate_s), which took
+    13-29 s after a "~0:00 left" on a 2-core CPU before it was counted here."""
     elapsed = ledger.elapsed_s()
     done, left = ledger.evaluations, max(0, ledger.max_evaluations - ledger.evaluations)
     if not done:
         return f"[{_minutes(elapsed)}]"  # no pace yet
-    estimate = min(elapsed / done * left, max(0.0, ledger.max_wall_time_s - elapsed))
+    estimate = min(elapsed / done * left, max(0.0, ledger.max_wall_time_s - elapsed)) + (final_s or 0.0)
     return f"[{_minutes(elapsed)}, ~{_minutes(estimate)} left]"
 
 

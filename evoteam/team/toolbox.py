@@ -12,6 +12,7 @@ dispatches such a call and always returns a string for the model (errors include
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -107,21 +108,38 @@ def probe_workloads(workloads: list, groups: dict[str, str], per_group: int = 2)
 PIECE_WORKLOADS = 16
 
 
-def evaluate_in_pieces(evaluator: Evaluator, request: EvalRequest, timeout_s: float, journal: Path) -> EvalResult:
-    """`request` evaluated in pieces of at most PIECE_WORKLOADS workloads; each piece's result is appended to
-    `journal`, and the workloads a journaled piece already holds are not evaluated again."""
-    wanted = list(request.workloads)
+def split_in_pieces(workloads: list[str]) -> list[list[str]]:
+    """Workloads in pieces of at most PIECE_WORKLOADS, of equal size: 47 as 16, 16 and 15; 24 as 12 and 12."""
+    n_pieces = max(1, -(-len(workloads) // PIECE_WORKLOADS))
+    size = max(1, -(-len(workloads) // n_pieces))
+    return [workloads[start:start + size] for start in range(0, len(workloads), size)]
+
+
+def _journaled_pieces(wanted: list[str], journal: Path) -> list[EvalResult]:
     pieces = [EvalResult.from_json(e) for e in read_journal(journal)]
-    pieces = [p for p in pieces if p.results and {r.uuid for r in p.results} <= set(wanted)]
-    done = {r.uuid for p in pieces for r in p.results}
-    remaining = [u for u in wanted if u not in done]
-    n_pieces = max(1, -(-len(remaining) // PIECE_WORKLOADS))
-    size = max(1, -(-len(remaining) // n_pieces))  # 47 workloads as 16, 16 and 15; 24 as 12 and 12
-    for start in range(0, len(remaining), size):
-        piece = evaluator(replace(request, workloads=remaining[start:start + size]), timeout_s)
+    return [p for p in pieces if p.results and {r.uuid for r in p.results} <= set(wanted)]
+
+
+def pieces_to_run(wanted: list[str], journal: Path) -> list[list[str]]:
+    """The pieces evaluate_in_pieces will evaluate: those of the workloads no journaled piece holds."""
+    done = {r.uuid for p in _journaled_pieces(wanted, journal) for r in p.results}
+    return split_in_pieces([u for u in wanted if u not in done])
+
+
+def evaluate_in_pieces(evaluator: Evaluator, request: EvalRequest, timeout_s: float, journal: Path,
+                       on_piece: Callable[[EvalResult], None] | None = None) -> EvalResult:
+    """`request` evaluated in pieces of at most PIECE_WORKLOADS workloads; each piece's result is appended to
+    `journal`, and the workloads a journaled piece already holds are not evaluated again. `on_piece`: called with
+    each piece's result as it ends (progress)."""
+    wanted = list(request.workloads)
+    pieces = _journaled_pieces(wanted, journal)
+    for workloads in pieces_to_run(wanted, journal):
+        piece = evaluator(replace(request, workloads=workloads), timeout_s)
         if len(wanted) > PIECE_WORKLOADS:
             append_journal(journal, piece.to_json())
         pieces.append(piece)
+        if on_piece is not None:
+            on_piece(piece)
     return EvalResult.merged(pieces, wanted)
 
 

@@ -40,6 +40,7 @@ from evoteam.tracking.store import (
     RUN_FILE,
     SWEEP,
     check_reachable,
+    check_store_writable,
     current_sweep_id,
     flatten,
     get_or_create_experiment,
@@ -50,5 +51,5 @@ from evoteam.tracking.store import (
 from evoteam.tracking.tracker import NullTracker, Tracker, open_tracker
 
 __all__ = ["ARTIFACTS_DIR", "DEFAULT_EXPERIMENT", "DEFAULT_URI", "KIND", "RUN_FILE", "SWEEP", "NullTracker", "Tracker",
-           "check_reachable", "current_sweep_id", "flatten", "get_or_create_experiment", "load_mlflow",
+           "check_reachable", "check_store_writable", "current_sweep_id", "flatten", "get_or_create_experiment", "load_mlflow",
            "open_tracker", "plot_steps", "pyplot", "resolve_uri", "save_axes", "sqlite_path"]

@@ -74,6 +74,33 @@ def check_reachable(uri: str, what: str = "tracking.tracking_uri") -> None:
                         f"tracking=none") from None
 
 
+def check_store_writable(uri: str, what: str = "tracking.tracking_uri") -> None:
+    """One line (UserError) at once where a local store cannot be written: MLflow itself retries for minutes (106 s
+    and 39 warning lines for a sqlite file on a read-only mount) before it gives up. The database's folder takes new
+    files (its journal; `mlartifacts/` beside it), and the file, where it exists, opens for writing. A server is
+    check_reachable's."""
+    db = sqlite_path(resolve_uri(uri))
+    if db is None:
+        return
+    from evoteam.outputs import unwritable_folder
+
+    why = None
+    if db.is_dir():
+        why = f"{db} is a folder, not a database file"
+    else:
+        why = unwritable_folder(db.parent) or (unwritable_folder(db.parent / ARTIFACTS_DIR)
+                                               if (db.parent / ARTIFACTS_DIR).exists() else None)
+    if why is None and db.exists():
+        try:
+            with open(db, "r+b"):  # opened for writing, nothing written
+                pass
+        except OSError as exc:
+            why = f"cannot write {db} ({exc.strerror or type(exc).__name__})"
+    if why:
+        raise UserError(f"{what}={uri}: {why}; give a store in a writable folder ({what}=sqlite:///<path>.db) or "
+                        f"use tracking=none")
+
+
 # MLflow 3's UI opens an experiment on its GenAI overview unless told what kind it is; ours is the
 # runs table (runs, team runs, metrics, plots).
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")

@@ -20,6 +20,7 @@ from evoteam.tracking.store import (
     PARAM_LIMIT,
     RUN_FILE,
     check_reachable,
+    check_store_writable,
     current_sweep_id,
     flatten,
     get_or_create_experiment,
@@ -85,6 +86,7 @@ class Tracker(NullTracker):
         from mlflow import MlflowClient
 
         check_reachable(self.tracking_uri)
+        check_store_writable(self.tracking_uri)
         try:
             self.client = MlflowClient(tracking_uri=self.tracking_uri)
             self.experiment_id = get_or_create_experiment(self.client, self.experiment, self.tracking_uri)
@@ -289,14 +291,9 @@ class Tracker(NullTracker):
         total = team_run.ledger.total
         # workloads whose figure is the inherited measurement's (no team measured a kernel there)
         reused = json.loads((final / "reused.json").read_text()) if (final / "reused.json").is_file() else {}
-        values = {"final_geomean_speedup": summary.geomean_speedup, "final_wins": summary.wins,
-                  "final_worst_speedup": summary.worst_speedup, "final_passed": summary.passed,
-                  "final_workloads": summary.workloads, "final_tokens_total": total.total_tokens,
+        values = {**final_metrics(summary), "final_tokens_total": total.total_tokens,
                   "final_cost_usd": total.cost_usd, "final_evaluations": team_run.ledger.evaluations,
-                  "final_reused_workloads": len(reused),
-                  # the geomean's 95% bootstrap interval over the workloads, and KernelBench's fast_p
-                  "final_geomean_ci_low": summary.geomean_low, "final_geomean_ci_high": summary.geomean_high,
-                  **{f"final_fast_p_{p:g}": v for p, v in summary.fast_p.items()}}
+                  "final_reused_workloads": len(reused)}
         now = int(time.time() * 1000)
         step = team_run.ledger.evaluations
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()
@@ -367,6 +364,18 @@ class Tracker(NullTracker):
         except Exception as exc:
             self.log(f"mlflow: could not end run {self.run_id} ({type(exc).__name__}: {exc})")
         self.client = None
+
+
+# The final table's summary figures (report.Summary), each logged under its own name prefixed final_: the geomean's
+# 95% bootstrap interval is geomean_ci_low/_high in bench's JSON report and final_geomean_ci_low/_high here.
+SUMMARY_METRICS = ("geomean_speedup", "geomean_ci_low", "geomean_ci_high", "wins", "worst_speedup", "passed",
+                   "workloads")
+
+
+def final_metrics(summary) -> dict[str, float | None]:
+    """The summary's figures as final metrics, KernelBench's fast_p included (final_fast_p_1, _1.1, _1.25)."""
+    return {**{f"final_{name}": getattr(summary, name) for name in SUMMARY_METRICS},
+            **{f"final_fast_p_{p:g}": v for p, v in summary.fast_p.items()}}
 
 
 def _value(x: Any) -> Any:
