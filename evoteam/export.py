@@ -62,6 +62,8 @@ from evoteam.blobs import read_safetensors, write_safetensors
 from evoteam.errors import UserError, exit_code_of
 from evoteam.harness.candidate import CandidateError, solution_of_path
 from evoteam.schema import (
+    TRACE_INCORRECT_NUMERICAL,
+    TRACE_PASSED,
     Correctness,
     Definition,
     Evaluation,
@@ -128,16 +130,16 @@ def fib_evaluation(evaluation: Evaluation, where: str) -> Evaluation:
     trace's record of both, trace_writer.FIB_VERDICT), so that an export says PASSED only where flashinfer-bench's own
     rule does. A PASSED by evoteam's rule with no record of flashinfer-bench's verdict (an older evoteam's trace) is
     refused: nothing in it says whether flashinfer-bench would pass it."""
-    if evaluation.status != "PASSED":
+    if evaluation.status != TRACE_PASSED:
         return evaluation
     extra = (evaluation.correctness.extra if evaluation.correctness is not None else None) or {}
     if extra.get("rule") == RULE_FIB:  # judged by flashinfer-bench's rule: its verdict already
         return evaluation
     verdict = extra.get(FIB_VERDICT)
-    if not isinstance(verdict, dict) or verdict.get("status") not in ("PASSED", "INCORRECT_NUMERICAL"):
+    if not isinstance(verdict, dict) or verdict.get("status") not in (TRACE_PASSED, TRACE_INCORRECT_NUMERICAL):
         raise UserError(f"{where}: PASSED by evoteam's rule, with no record of flashinfer-bench's verdict (a trace of "
                         f"an older evoteam); bench the kernel again with this version, whose traces record both")
-    if verdict["status"] == "PASSED":
+    if verdict["status"] == TRACE_PASSED:
         return evaluation
     try:
         correctness = Correctness(max_relative_error=float(verdict["max_relative_error"]),

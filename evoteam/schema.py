@@ -384,6 +384,8 @@ EVALUATION_STATUSES = (
     "PASSED", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",
     "RUNTIME_ERROR", "COMPILE_ERROR", "TIMEOUT",
 )
+# a trace's evaluation statuses by name (FlashInfer-Trace's strings: evoteam's own verdicts are harness.model.Status)
+TRACE_PASSED, TRACE_INCORRECT_NUMERICAL = EVALUATION_STATUSES[0], EVALUATION_STATUSES[2]
 
 
 @dataclass(frozen=True)
