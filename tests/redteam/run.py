@@ -295,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             row = run_case(case, ctx, args.reps)
             rows.append(row)
             print(f"{row.line()}  [{time.monotonic() - t0:.0f} s]", flush=True)
+            if args.json:  # after every case: a run cut short keeps what it found
+                args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
     finally:
         ctx.close()
     print()
