@@ -620,6 +620,11 @@ class Judge:
         failure = calls.inputs_unchanged(sets, trial)
         if failure is not None:
             return failure
+        # unwritten before the comparisons, as CHECK_ORDER has it: a chained call's input is the last call's output,
+        # and an output left unwritten would read there as a non-finite input first
+        unwritten = calls.unwritten(sets)
+        if unwritten is not None:
+            return CheckFailure(Status.UNWRITTEN.value, "", trial, None, 0, unwritten)
         for j in verify:
             t = time.perf_counter()
             failure, errs = calls.verify(j, trial, fib=self.request.fib_rule)
@@ -631,9 +636,6 @@ class Judge:
                 self.compared.setdefault(name, OutputError()).update(err)
             if failure is not None:
                 return failure
-        unwritten = calls.unwritten(sets)
-        if unwritten is not None:
-            return CheckFailure(Status.UNWRITTEN.value, "", trial, None, 0, unwritten)
         return None
 
     # ------------------------------------------------------------------ timing
