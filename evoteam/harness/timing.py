@@ -59,6 +59,10 @@ GPU_MIN_REPS, GPU_CI_WIDTH, EVENTS_CI_WIDTH = 8, 0.02, 0.05
 # Extra rounds stop once the rounds would pass CPU_EXTEND_S: a candidate 100x slower than its baseline (Triton's
 # interpreter: 0.2-0.6 s a call) gains nothing from a closer figure, and took 3x the time with it.
 CPU_MAX_FACTOR, CPU_CI_WIDTH, CPU_EXTRA_ROUNDS, CPU_EXTEND_S = 3, 0.12, 6, 10.0
+# ... from CPU_MIN_REPS rounds on (as a GPU's from GPU_MIN_REPS): how many an evaluation takes is its figures' to say.
+# With 15 always, three in four of an evaluation's intervals went to rounds past a figure already settled on an idle
+# machine (2026-12-06)
+CPU_MIN_REPS = 8
 CPU_BATCH_MS = 10.0  # CPU targets: calls per timed interval so that one interval of the baseline takes about this long
 CPU_SLOW_BATCH_MS = 20.0  # ... and the candidate the same calls, unless that would take longer than this (then fewer)
 # CPU targets: how the baseline's batch is chosen, part of the baseline cache's key: times cached while the batch
@@ -240,7 +244,7 @@ class CpuTimeClock(Clock):
     cache_rule = BATCH_RULE
 
     def rounds(self, reps: int) -> tuple[int, int, int]:
-        return reps, CPU_MAX_FACTOR * reps, CPU_EXTRA_ROUNDS
+        return min(CPU_MIN_REPS, reps), CPU_MAX_FACTOR * reps, CPU_EXTRA_ROUNDS
 
     def interval(self, handle, calls, sets, batch, deadline, write, flusher, null):
         return run_cpu(handle, calls, sets, batch, deadline, write, flusher, null)
