@@ -3,8 +3,8 @@ calls per timed interval and how they were chosen)."""
 
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.executor import evaluate
-from evoteam.harness.judge import BATCH_RULE
 from evoteam.harness.model import EvalRequest
+from evoteam.harness.timing import BATCH_RULE
 from evoteam.task import load_task
 
 from conftest import REPO

@@ -14,11 +14,11 @@ import torch
 from evoteam.harness import interval
 from evoteam.harness.calls import CallSets
 from evoteam.harness.gpu_model import QUEUE_NODES, RULES, GpuModel, ModelGraph, ModelOps, RuleBroken
-from evoteam.harness.judge import MAX_GRAPH_NODES
 from evoteam.harness.model import Status
 from evoteam.harness.runner import Runner
 from evoteam.harness.runners import RunnerFault
 from evoteam.harness.shared import FlagPage
+from evoteam.harness.timing import MAX_GRAPH_NODES
 from evoteam.task import load_task
 
 TASK = load_task("mla_decode")

@@ -10,6 +10,7 @@ import pytest
 from planted import variant, write_planted
 
 from evoteam import hardware
+from evoteam.harness import timing
 from evoteam.harness.executor import evaluate
 from evoteam.harness.judge import Judge
 from evoteam.harness.model import EvalRequest, Status
@@ -526,11 +527,12 @@ def test_gpu_rounds_stop_once_the_ratios_are_settled_whatever_moves_every_side_a
     drift = [1.0 + 0.1 * (i % 5) for i in range(12)]  # every side 0-40% slower, round by round
     steady = {"baseline": [2.0 * d for d in drift], "candidate": [1.0 * d for d in drift],
               "candidate_repeat": [1.0 * d for d in drift]}
-    assert Judge._settled(steady, None, 0.02, paired=False)
+    graph = timing.clock("graph")  # the rounds stop when the clock says so (its width: 2%)
+    assert graph.settled(steady, None)
     noisy = dict(steady, candidate_repeat=[d * (1.0 + 0.05 * (-1) ** i) for i, d in enumerate(drift)])
-    assert not Judge._settled(noisy, None, 0.02, paired=False)
+    assert not graph.settled(noisy, None)
     cached = {k: v for k, v in steady.items() if k != "baseline"}  # the baseline's time from the cache
-    assert Judge._settled(cached, 1.0, 0.02, paired=False)
+    assert graph.settled(cached, 1.0)
 
 
 def test_the_cpu_flush_is_the_smallest_fill_measured_to_evict_and_measured_once(tmp_path, monkeypatch):

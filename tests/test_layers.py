@@ -102,3 +102,24 @@ def test_the_runner_imports_neither_the_task_nor_the_judge():
     for module in top_level:
         deps = _imports(PACKAGE.parent / Path(*module.split(".")).with_suffix(".py"))
         assert not {d for d in deps if d.startswith(("evoteam.task", "evoteam.harness.judge", "evoteam.harness.check"))}
+
+
+def test_the_judge_names_no_timing_mode_and_the_harness_map_lists_every_module():
+    """Every decision that is a timing mode's lives in its clock (evoteam/harness/timing.py): the judge names none,
+    so a new mode is one new clock. And the harness package's map (its docstring) names every module in it."""
+    import ast
+    import re
+
+    import evoteam.harness as harness
+
+    folder = Path(harness.__file__).parent
+    source = (folder / "judge.py").read_text()
+    names = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    attributes = {node.attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)}
+    strings = {node.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Constant)
+               and isinstance(node.value, str)}
+    assert "TimingMode" not in names
+    assert not {"graph", "events", "wallclock", "cputime"} & (attributes | strings)
+    listed = set(re.findall(r"^  (\w+)\s", harness.__doc__, re.M))
+    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    assert modules <= listed, f"not in the harness map: {sorted(modules - listed)}"

@@ -48,13 +48,15 @@ def test_the_host_clocks_least_disturbed_figure_takes_the_protocols_quickest_bat
     """In a container (no cgroup, so no CPU time) a side's time is also judged on its least disturbed batch: its
     quickest timed batch per call less the protocol's quickest per call, warm-up rounds included for the protocol
     (load only adds to a batch, so its quickest is the closest to the protocol alone)."""
-    from evoteam.harness.judge import _least
+    from evoteam.harness.rounds import Side
+    from evoteam.harness.timing import _least
 
-    plan = {"null": (None, None, [0, 1], None, True, None), "candidate": (None, None, [0, 1, 2, 3], None, False, "null")}
+    sides = {"null": Side("null", None, None, (0, 1), None), "candidate": Side("candidate", None, None, (0, 1, 2, 3),
+                                                                              None, against="null")}
     walls = {"null": [0.2, 5.0, 3.0], "candidate": [100.0, 8.0, 12.0]}  # round 0 is the warm-up
-    assert _least(plan, walls, "candidate", warmup=1) == pytest.approx(8.0 / 4 - 0.2 / 2)
-    assert _least(plan, walls, "candidate", warmup=0) == pytest.approx(8.0 / 4 - 0.2 / 2)
-    assert _least(plan, {"null": [0.2], "candidate": [100.0]}, "candidate", warmup=1) == float("-inf")  # not timed yet
+    assert _least(sides, walls, "candidate", warmup=1) == pytest.approx(8.0 / 4 - 0.2 / 2)
+    assert _least(sides, walls, "candidate", warmup=0) == pytest.approx(8.0 / 4 - 0.2 / 2)
+    assert _least(sides, {"null": [0.2], "candidate": [100.0]}, "candidate", warmup=1) == float("-inf")  # not timed yet
 
 
 def test_the_rounds_go_on_while_the_candidates_figure_is_at_or_below_the_protocol_alone():
@@ -62,17 +64,19 @@ def test_the_rounds_go_on_while_the_candidates_figure_is_at_or_below_the_protoco
     under load (CI flagged a value-returning `x * 2.01` at -0.04 ms after two rounds): the judge times more rounds
     while the candidate's figure is not above the protocol's, so only a figure still there at the most rounds is
     flagged no_time. On the host clock the figure is the least disturbed one."""
-    from evoteam.harness.judge import _above_protocol
+    from evoteam.harness.rounds import Side
 
-    plan = {"null": (None, None, [0], None, True, None), "candidate": (None, None, [0], None, False, "null")}
-    assert not _above_protocol({"candidate": []}, plan, {}, 0, host_clock=False)  # nothing timed yet
-    assert not _above_protocol({"candidate": [-0.05, 0.01]}, plan, {}, 0, host_clock=False)  # median -0.02
-    assert _above_protocol({"candidate": [-0.05, 0.04, 0.05]}, plan, {}, 0, host_clock=False)
+    sides = {"null": Side("null", None, None, (0,), None), "candidate": Side("candidate", None, None, (0,), None,
+                                                                            against="null")}
+    cpu, host = timing.clock("cputime"), timing.HOST_CLOCK
+    assert not cpu.above_protocol({"candidate": []}, {}, sides, 0)  # nothing timed yet
+    assert not cpu.above_protocol({"candidate": [-0.05, 0.01]}, {}, sides, 0)  # median -0.02
+    assert cpu.above_protocol({"candidate": [-0.05, 0.04, 0.05]}, {}, sides, 0)
     # the host clock: the medians mean nothing there, the least disturbed batches decide
     walls = {"null": [1.0, 0.5], "candidate": [0.6, 0.9]}
-    assert _above_protocol({"candidate": [-1.0]}, plan, walls, 0, host_clock=True)  # 0.6 - 0.5 > 0
+    assert host.above_protocol({"candidate": [-1.0]}, walls, sides, 0)  # 0.6 - 0.5 > 0
     walls = {"null": [1.0, 0.5], "candidate": [0.5, 0.9]}
-    assert not _above_protocol({"candidate": [1.0]}, plan, walls, 0, host_clock=True)
+    assert not host.above_protocol({"candidate": [1.0]}, walls, sides, 0)
 
 
 def test_a_cpu_intervals_load_correction_counts_only_waits_inside_its_host_clock(monkeypatch):
@@ -124,3 +128,20 @@ def test_a_cpu_intervals_load_correction_counts_only_waits_inside_its_host_clock
     out = interval.run_cpu(Handle(), Calls(), [0, 1], 1, time.monotonic() + 10, lambda: None, Flusher(), null=True)
     # two calls of at least 2 ms, less the two 0.5 ms waits inside the window (the 15 ms around it would make it < 0)
     assert out.wall_ms >= 2 * 2.0 - 1.0
+
+
+def test_cputime_reports_the_cpu_time_a_call_used_not_the_host_clock():
+    """timing.measure(mode="cputime") is CPU time: a call that sleeps 50 ms costs (nearly) none of it, where the host
+    clock (wallclock) counts the whole sleep; a call that spins costs its time on either."""
+    def sleeps(i):
+        time.sleep(0.05)
+
+    def spins(i):
+        end = time.perf_counter() + 0.02
+        while time.perf_counter() < end:
+            pass
+
+    cpu = timing.measure({"sleeps": sleeps, "spins": spins}, device="cpu", mode="cputime", warmup=0, reps=3)
+    wall = timing.measure({"sleeps": sleeps}, device="cpu", mode="wallclock", warmup=0, reps=3)
+    assert cpu["sleeps"].mode == "cputime" and cpu["sleeps"].median_ms < 10 < 45 < wall["sleeps"].median_ms
+    assert cpu["spins"].median_ms > 10

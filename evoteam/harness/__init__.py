@@ -21,7 +21,10 @@ Layers, each importing only those below it:
   cache_flush  the CPU's cache flush before every timed interval
   baselines    the library adapters (FlashInfer, fla, FlashKDA, vLLM, AITER, the reference)
   baseline_cache  baseline times of earlier side-by-side runs, keyed by hardware, library, mode and workload
-  timing       the judge's clocks (one per timing mode) and in-process timing of trusted code (probes)
+  timing       the judge's clocks (one per timing mode: every decision that is a mode's) and in-process timing of
+               trusted code (probes)
+  rounds       one workload's timed rounds (the sides, their order, the checks of timed calls), through a small
+               interface to the judge
   judge        the trusted process of one evaluation: checks, timed rounds, flags, verdicts
   judge_server judges forked from a process that imported the harness once
   executor     where the judge runs, and `evaluate(request)`: the one entry point

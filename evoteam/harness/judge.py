@@ -5,18 +5,17 @@ runner) and gives the candidate's runner, in its sandbox, nothing but buffers to
 Per workload:
 1. Checks. `trials` calls, each on fresh inputs drawn from the judge's secret, every output element
    compared with the reference and every input bit with the judge's copy.
-2. Timing. Rounds of four batches, in an order drawn afresh each round: the protocol alone (`null`, by the
-   trusted runner), the baseline, the candidate twice (which of the two is the speedup's and which the noise's is
-   decided by a coin after the round). A batch is G calls on G input sets, fresh for every batch. One batch is one
-   interval (evoteam.harness.interval): the runner frozen while its inputs are written and the caches flushed, its
-   calls released (on a CPU and in events mode one at a time), the clock stopped after a sample of the outputs, the
-   runner frozen again from its answer on. Time per call = batch / G - null / its G, median over the rounds. How a
-   batch is timed, how many calls it holds and how many rounds run is the mode's clock's (evoteam.harness.timing):
-   on a GPU the rounds stop once the per-round ratios (speedup, and the candidate against its repeat) are settled.
-   Nothing of the judge's uses the GPU's multiprocessors inside the interval: a context switch costs ~150 us on an
-   H200 and would swamp small kernels. Before a trusted side's batch on a GPU the judge waits until no other work
-   runs there (the candidate's, left behind: flagged if it does not end). A candidate whose calls cannot be
-   captured in a CUDA graph is timed by events against the baseline's graph time (its host's launches are its own).
+2. Timing. Rounds of four batches, in an order drawn afresh each round (evoteam.harness.rounds): the protocol alone
+   (`null`, by the trusted runner), the baseline, the candidate twice (which of the two is the speedup's and which the
+   noise's is decided by a coin after the round). A batch is G calls on G input sets, fresh for every batch, chained
+   (call k+1's chained input is call k's output). One batch is one interval (evoteam.harness.interval): the runner
+   frozen while its inputs are written and the caches flushed, its calls released, the clock stopped after a sample
+   of the outputs, the runner frozen again from its answer on. Time per call = batch / G - null / its G, median over
+   the rounds. Everything that is a timing mode's (which clock, calls per batch, how many rounds, when the figures
+   are settled, what the samples make, the figure beside it) is its clock's (evoteam.harness.timing): this module
+   names no mode. Nothing of the judge's uses the GPU's multiprocessors inside the interval: a context switch costs
+   ~150 us on an H200 and would swamp small kernels. Before a trusted side's batch on a GPU the judge waits until no
+   other work runs there (the candidate's, left behind: flagged if it does not end).
 3. After every candidate batch: outputs written after the end mark, unwritten outputs, inputs
    changed, and the full check of calls picked at random by the judge (all of them where the
    reference is cheap) fail the workload.
@@ -32,11 +31,9 @@ next workload gets a fresh runner and a clean GPU context.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 import os
-import random
 import secrets
 import shutil
 import sys
@@ -48,13 +45,13 @@ import torch
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.hardware import HardwareSpec
-from evoteam.harness import cache_flush, interval, scan, scratch, timing
+from evoteam.harness import cache_flush, interval, rounds, scan, scratch, timing
 from evoteam.harness.baseline_cache import BaselineCache, Key, hardware_fingerprint
 from evoteam.harness.calls import CallSets
 from evoteam.harness.candidate import Candidate, CandidateError
 from evoteam.harness.check import CheckResult, OutputError, fib_verdict, rule_record
 from evoteam.harness.gpu_ops import cuda_ops
-from evoteam.harness.model import EvalRequest, EvalResult, Status, TimingMode, WorkloadResult
+from evoteam.harness.model import EvalRequest, EvalResult, Status, WorkloadResult
 from evoteam.harness.runners import RunnerFault, RunnerHandle, claimed_failure
 from evoteam.harness.sandbox import SandboxSpec
 from evoteam.schema import append_journal
@@ -74,17 +71,8 @@ SUB_FLUSH = "timing: cache flush (CPU)"  # what a CPU target's fill before every
 # no phase is "judge: other", so that the judge's phases sum to its process's life
 PHASE_START, PHASE_UNBIND, PHASE_END, PHASE_OTHER = ("judge start", "workload end (buffers freed)",
                                                      "judge end (runners closed)", "judge: other")
-MAX_GRAPH_NODES = 1024  # a graph batch's nodes at most (judge._timing; gpu_model.QUEUE_NODES)
-VERIFY_BUDGET_S = 0.05  # per workload: the full check of timed calls picked at random (all where cheap)
-MIN_VERIFIED = 8
 SECOND_FIGURE_ROUNDS = 8
 DISAGREE_REL, DISAGREE_ABS_MS = 0.25, 0.002  # judge vs runner device time, per call
-CPU_BATCH_MS = 10.0  # CPU targets: calls per timed interval so that one interval of the baseline takes about this long
-CPU_SLOW_BATCH_MS = 20.0  # ... and the candidate the same calls, unless that would take longer than this (then fewer)
-# CPU targets: how the baseline's batch is chosen, part of the baseline cache's key: times cached while the batch
-# followed the candidate's check time (before 2026-12-04, no rule) never serve an evaluation
-BATCH_RULE = "baseline-probe"
-IDLE_FACTOR, IDLE_SLACK_MS = 3.0, 2.0  # CPU targets: host-clock time above this is waiting, not work
 LOAD_TIMEOUT_S = 600.0
 GPU_HOST_THREADS = 8
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -160,7 +148,7 @@ class Judge:
         self.flusher = None
         self.device_name = ""
         # the checks' calls, and the CPU's batch probe: one call an interval, launched by the runner's host
-        self.check_clock = timing.clock(TimingMode.events if hw.is_gpu else TimingMode.cputime)
+        self.check_clock = timing.for_checks(hw.is_gpu)
         self.baseline_loaded = True  # False once the baseline's runner said it cannot load it
         self.spawned: list[RunnerHandle] = []  # every runner this judge started
 
@@ -489,8 +477,7 @@ class Judge:
 
     def _sets_for(self, workload):
         """The input sets a workload's calls get: as the requested mode's clock says (on a CPU, the CPU's)."""
-        mode = self.request.timing_mode if self.hw.is_gpu else TimingMode.cputime
-        return timing.clock(mode).sets(self.task, workload, self.hw)
+        return timing.for_target(self.hw.is_gpu, self.request.timing_mode).sets(self.task, workload, self.hw)
 
     def _call_sets(self, workload, n_sets) -> CallSets:
         try:
@@ -641,118 +628,64 @@ class Judge:
     # ------------------------------------------------------------------ timing
     def _timing(self, result: WorkloadResult, sides: dict[str, CallSets], workload, index: int, deadline: float,
                 cand: RunnerHandle) -> WorkloadResult:
+        """The workload's timed rounds against the baseline (evoteam.harness.rounds), planned and read by the
+        workload's clock (evoteam.harness.timing): the judge names no timing mode."""
         request = self.request
-        base = None
         t = time.perf_counter()
-        if request.baseline != "none":
-            try:
-                base = self._baseline_runner()
-            except RunnerFault as fault:
-                self._fault(self.baseline)
-                result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
-                return result
-        if base is None:
-            result.baseline = f"unavailable: {self.baseline_note}" if self.baseline_note else "none"
-            return result
-        calls_c = sides["candidate"]
         try:
+            base = self._baseline_runner() if request.baseline != "none" else None
+            if base is None:
+                result.baseline = f"unavailable: {self.baseline_note}" if self.baseline_note else "none"
+                return result
+            calls_c = sides["candidate"]
             sides["baseline"] = calls_b = self._call_sets(workload, calls_c.n_sets)
             self._bind(base, calls_b, deadline)
         except RunnerFault as fault:
-            self._fault(self.baseline)
-            result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
-            return result
-        self._phase(SUB_BASELINE, t)
-        label = self.baseline_info.get("label", request.baseline)
-        result.baseline = label
-        mode = TimingMode.cputime if not self.hw.is_gpu else TimingMode(request.timing_mode)
-        if self.baseline_info.get("timing_mode_override") and self.hw.is_gpu:
-            mode = TimingMode.wallclock  # the baseline does host work per call: both sides launched by their hosts
-        # A batch holds as many calls as there are input sets: the protocol's jitter is divided by them
-        n = 1 if mode is not TimingMode.graph else min(calls_c.n_sets, calls_b.n_sets)
-        n_base = n
-        if mode is TimingMode.cputime:  # short calls in batches: the protocol's share shrinks
-            t = time.perf_counter()
-            try:
-                n_base = self._cpu_batch(result, workload, mode, calls_b, calls_c.n_sets, cand, base, deadline)
-            except RunnerFault as fault:
-                self._fault(self.baseline)
-                result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
-                return result
-            finally:
-                self._phase(SUB_BASELINE, t)  # sizing the baseline's batch is part of setting it up
-            n = n_base
-            if self.check_ms > 0 and n * self.check_ms > CPU_SLOW_BATCH_MS:
-                # A candidate much slower than its baseline: fewer calls of its own per interval, so that its
-                # evaluation does not grow with the baseline's batch (an agent's tool call has a time limit). A
-                # smaller batch only adds the interval's fixed cost to the candidate's own calls: a candidate
-                # that makes itself look slow gains nothing by it, and the baseline's batch is not its to move.
-                n = max(1, min(n_base, int(CPU_SLOW_BATCH_MS / self.check_ms)))
-        label_mode = mode.value
-        if mode is TimingMode.cputime and (cand.process.cpu_usec() is None or base.process.cpu_usec() is None):
-            label_mode = "wallclock (no cgroup of the runner's own: the host clock)"
-        cand_mode, graph_nodes = mode, 0
-        if mode is TimingMode.graph:
-            t = time.perf_counter()
-            while True:
-                failed, nodes = {}, 0
-                for name, handle in (("candidate", cand), ("baseline", base)):
-                    reply = handle.ask({"op": "capture", "sets": list(range(n))}, deadline - time.monotonic())
-                    if not reply.get("ok"):
-                        failed[name] = reply.get("detail", "")[:160]
-                    nodes = max(nodes, int(reply.get("nodes") or 0))
-                # A batch's graph holds at most MAX_GRAPH_NODES nodes (fewer calls a batch, for both sides alike): a
-                # launch of many nodes behind the unwritten release word may hold its host (launch_may_block). The
-                # runner's count is a size to split by, never a time or a verdict.
-                if failed or nodes <= MAX_GRAPH_NODES or n == 1:
-                    break
-                n = n_base = max(1, n * MAX_GRAPH_NODES // nodes)
-            graph_nodes = nodes
-            self._phase("timing: graph capture", t)
-            if "baseline" in failed:  # both sides by events: the baseline's own graph is not there to time
-                mode = cand_mode = TimingMode.events
-                n = n_base = 1
-                label_mode = f"events (graph capture failed: {'; '.join(f'{k}: {v}' for k, v in failed.items())})"
-            elif failed:
-                # A call that cannot be captured is a fact about the candidate, not a cheat: it is timed by events,
-                # its host's launches inside its time (its own cost), against the baseline's graph time. A candidate
-                # cannot choose the mode the baseline is timed in, so refusing the capture gains it nothing.
-                cand_mode, n = TimingMode.events, 1
-                label_mode = (f"events for the candidate (its calls cannot be captured in a CUDA graph: "
-                              f"{failed['candidate']}), graph for the baseline")
-        figures = self._rounds(result, sides, workload, deadline, cand, base, mode, n, request.warmup, request.reps,
-                               repeat=True, verify_budget=True, n_base=n_base, cand_mode=cand_mode)
-        if figures is None:
-            return result
-        result.timing_mode = label_mode
-        result.baseline_ms, result.candidate_ms, result.candidate_repeat_ms = (
-            figures["baseline"][0], figures["candidate"][0], figures["candidate_repeat"][0])
-        result.paired_speedup = figures.pop("paired", None)
-        result.speedup_low, result.speedup_high = figures.pop("interval", (None, None))
-        result.spread = {k: {"p10_ms": v[1], "p90_ms": v[2], "samples": v[3]} for k, v in figures.items() if v[3]}
-        result.spread["calls_per_batch"], result.spread["baseline_calls_per_batch"] = n, n_base
-        if graph_nodes:
-            result.spread["graph_nodes"] = graph_nodes  # the larger side's captured batch
+            return self._baseline_failed(result, fault)
+        finally:
+            self._phase(SUB_BASELINE, t)
+        result.baseline = self.baseline_info.get("label", request.baseline)
+        clock = timing.for_workload(self.hw.is_gpu, request.timing_mode,
+                                    bool(self.baseline_info.get("timing_mode_override")),
+                                    cand.process.cpu_usec() is not None and base.process.cpu_usec() is not None)
         t = time.perf_counter()
-        if cand_mode is TimingMode.graph:
-            reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
-            own = [ms / n for batch, ms in reported if batch in self._timed_batches]
-            if own:
-                result.runner_ms = timing.median(own)
-                gap = abs(result.runner_ms - result.candidate_ms)
-                if gap > DISAGREE_REL * result.candidate_ms + DISAGREE_ABS_MS:
-                    result.flags.append(f"timers_disagree: the judge measured {result.candidate_ms:.4g} ms per call, "
-                                        f"the runner's own device events {result.runner_ms:.4g} ms")
-        if mode is TimingMode.graph:
+        try:
+            plan = clock.plan(_Planning(self, result, workload, clock, cand, base, calls_b,
+                                        min(calls_c.n_sets, calls_b.n_sets), deadline))
+        except _BaselineFault as failed:
+            return self._baseline_failed(result, failed.fault)
+        finally:
+            self._phase(clock.plan_phase, t)
+        outcome = self._timed(result, sides, workload, deadline, cand, base, plan.baseline, plan.candidate, plan.n,
+                              plan.n_base, request.warmup, request.reps, repeat=True, verify_budget=True)
+        if outcome is None:
+            return result
+        figures = outcome.figures
+        result.timing_mode = plan.label
+        result.baseline_ms, result.candidate_ms, result.candidate_repeat_ms = (
+            figures["baseline"].median, figures["candidate"].median, figures["candidate_repeat"].median)
+        result.paired_speedup = outcome.paired
+        result.speedup_low, result.speedup_high = outcome.interval or (None, None)
+        result.flags += outcome.flags
+        result.spread = {k: {"p10_ms": v.p10, "p90_ms": v.p90, "samples": v.samples} for k, v in figures.items()
+                         if v.samples}
+        result.spread["calls_per_batch"], result.spread["baseline_calls_per_batch"] = plan.n, plan.n_base
+        if plan.graph_nodes:
+            result.spread["graph_nodes"] = plan.graph_nodes  # the larger side's captured batch
+        t = time.perf_counter()
+        if plan.candidate.captured:
+            self._runner_report(result, cand, outcome.timed_batches, plan.n, deadline)
+        second = plan.baseline.second
+        if second is not None and request.second_figure:
             t = self._phase(SUB_FLAGS, t)
-            if request.second_figure:
-                second = self._rounds(result, sides, workload, deadline, cand, base, TimingMode.events, 1, 1,
-                                      SECOND_FIGURE_ROUNDS, repeat=False, verify_budget=False)
-                if second is None:
-                    return result
-                result.second = {"mode": "events", "baseline_ms": second["baseline"][0],
-                                 "candidate_ms": second["candidate"][0]}
-                t = time.perf_counter()
+            other = timing.clock(second)
+            extra = self._timed(result, sides, workload, deadline, cand, base, other, other, 1, 1, 1,
+                                SECOND_FIGURE_ROUNDS, repeat=False, verify_budget=False)
+            if extra is None:
+                return result
+            result.second = {"mode": other.label, "baseline_ms": extra.figures["baseline"].median,
+                             "candidate_ms": extra.figures["candidate"].median}
+            t = time.perf_counter()
         self._flags(result, workload, calls_c, cand, deadline)
         self._phase(SUB_FLAGS, t)
         if result.flags:
@@ -760,217 +693,66 @@ class Judge:
             result.detail = "; ".join(result.flags)
         return result
 
-    def _cache_key(self, result: WorkloadResult, workload, mode: TimingMode, batch: int) -> Key:
-        return Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), mode.value,
-                   result.baseline, workload.uuid, batch, BATCH_RULE if mode is TimingMode.cputime else "")
+    def _baseline_failed(self, result: WorkloadResult, fault: RunnerFault) -> WorkloadResult:
+        """The one handler of a baseline runner that failed (to start, to bind, to run its probe): it is replaced for
+        the next workload, and this one is the harness's error, not the candidate's."""
+        self._fault(self.baseline)
+        result.status, result.detail = Status.HARNESS_ERROR, f"the baseline runner failed: {fault.detail}"
+        return result
 
-    def _cpu_batch(self, result: WorkloadResult, workload, mode: TimingMode, calls_b: CallSets, n_sets: int,
-                   cand: RunnerHandle, base: RunnerHandle, deadline: float) -> int:
-        """CPU targets: the baseline's calls per timed interval, so that one interval takes about CPU_BATCH_MS, from
-        two untimed calls of the baseline with the candidate frozen: never from anything the candidate does. A lone
-        call pays a cold interpreter and cache that a batch shares, so when the batch followed the candidate's check
-        time, a candidate that made itself look slow had the baseline timed in single calls, 1.7-1.9x slower (the red
-        team's slow_down_the_baseline, 2026-12-03). A power of two, so one workload on one machine keeps one batch;
-        a quick evaluation takes the largest batch the baseline cache holds for it, all of them chosen so."""
-        limit = min(n_sets, calls_b.n_sets)
-        if self.request.use_baseline_cache:
-            cached = [b for b in self.cache.batches(self._cache_key(result, workload, mode, 0)) if b <= limit]
-            if cached:
-                return max(cached)
-        cand.freeze()
-        probe_ms = math.inf
-        for trial in range(2):
-            seed = derive(self.secret, workload.uuid, "batch", trial)
-            out = self._call(base, calls_b, [0], deadline, write=lambda seed=seed: calls_b.refresh([0], seed))
-            if not out.reply.get("ok"):
-                raise RunnerFault(claimed_failure(out.reply, Status.EXCEPTION), out.reply.get("detail", ""))
-            probe_ms = min(probe_ms, out.ms)
-        fit = CPU_BATCH_MS / probe_ms if probe_ms > 0 else float(limit)
-        return max(1, min(limit, 1 << int(math.log2(max(1.0, fit)))))
+    def _runner_report(self, result: WorkloadResult, cand: RunnerHandle, timed: set[int], n: int,
+                       deadline: float) -> None:
+        """timers_disagree: the runner's own device events over its timed graph batches against the judge's figure
+        (not trusted either way: a disagreement is a flag, never a time)."""
+        reported = cand.ask({"op": "report"}, deadline - time.monotonic()).get("device_ms", [])
+        own = [ms / n for batch, ms in reported if batch in timed]
+        if own:
+            result.runner_ms = timing.median(own)
+            gap = abs(result.runner_ms - result.candidate_ms)
+            if gap > DISAGREE_REL * result.candidate_ms + DISAGREE_ABS_MS:
+                result.flags.append(f"timers_disagree: the judge measured {result.candidate_ms:.4g} ms per call, "
+                                    f"the runner's own device events {result.runner_ms:.4g} ms")
 
-    def _rounds(self, result, sides, workload, deadline, cand, base, mode: TimingMode, n: int, warmup: int,
-                reps: int, repeat: bool, verify_budget: bool, n_base: int | None = None,
-                cand_mode: TimingMode | None = None) -> dict | None:
-        """Timed rounds: the baseline's batches of `n_base` calls in `mode`, the candidate's of `n` in `cand_mode`
-        (default: the same), each side's protocol alone (`null`) timed with it; per side (median, p10, p90,
-        samples) of the time per call in ms, or None when a candidate batch failed (the result says how).
+    def _cache_key(self, result: WorkloadResult, workload, clock: timing.Clock, batch: int) -> Key:
+        return Key(hardware_fingerprint(self.device), self.baseline_info.get("version", "?"), clock.mode.value,
+                   result.baseline, workload.uuid, batch, clock.cache_rule)
 
-        A round times every side once, in an order drawn afresh (the candidate cannot tell which of its batches
-        is the speedup's and which the noise's: the two are labelled by a coin after the round)."""
+    def _timed(self, result: WorkloadResult, sides: dict[str, CallSets], workload, deadline: float,
+               cand: RunnerHandle, base: RunnerHandle, clock_b: timing.Clock, clock_c: timing.Clock, n: int,
+               n_base: int, warmup: int, reps: int, repeat: bool, verify_budget: bool) -> rounds.Outcome | None:
+        """The rounds of one plan: the baseline's batches of `n_base` calls by `clock_b`, the candidate's of `n` by
+        `clock_c`, each side's protocol alone timed with it; None where a batch failed (the result says how). The
+        baseline's figure is taken from the cache where the request asks and it holds one; else it goes there."""
         calls_c, calls_b = sides["candidate"], sides["baseline"]
-        n_base = n if n_base is None else n_base
-        cand_mode = mode if cand_mode is None else cand_mode
-        sets, sets_b = list(range(n)), list(range(n_base))
         # The batch is in the key: a lone call pays a cold interpreter and cache that a batch shares, so a baseline
         # timed one call per interval (beside a candidate slow enough for that) serves only such evaluations
-        cache_key = self._cache_key(result, workload, mode, n_base)
+        cache_key = self._cache_key(result, workload, clock_b, n_base)
         cached = self.cache.get(cache_key) if self.request.use_baseline_cache else None
-        clock_b, clock_c = timing.clock(mode), timing.clock(cand_mode)
-        # what each side is: (runner, calls, sets, clock, null, the null subtracted from it)
+        sets, sets_b = tuple(range(n)), tuple(range(n_base))
+        plan = {"null": rounds.Side("null", base, calls_b, sets_b, clock_b)}
         own_null = clock_b is not clock_c  # the candidate's protocol differs from the baseline's
-        plan = {"null": (base, calls_b, sets_b, clock_b, True, None)}
         if own_null:
-            plan["null_candidate"] = (base, calls_b, sets, clock_c, True, None)
+            plan["null_candidate"] = rounds.Side("null_candidate", base, calls_b, sets, clock_c)
         if cached is None:
-            plan["baseline"] = (base, calls_b, sets_b, clock_b, False, "null")
-        cand_null = "null_candidate" if own_null else "null"
-        plan["candidate"] = (cand, calls_c, sets, clock_c, False, cand_null)
+            plan["baseline"] = rounds.Side("baseline", base, calls_b, sets_b, clock_b, against="null")
+        against = "null_candidate" if own_null else "null"
+        plan["candidate"] = rounds.Side("candidate", cand, calls_c, sets, clock_c, against=against)
         if repeat:
-            plan["candidate_repeat"] = (cand, calls_c, sets, clock_c, False, cand_null)
-        # Rounds: at least min_reps timed ones, then more until the figures are settled (_settled), up to max_reps
-        min_reps, max_reps, step = clock_c.rounds(reps)
-        total_candidate_calls = (warmup + min_reps) * n * (2 if repeat else 1)
-        n_verify = total_candidate_calls
-        if verify_budget and self.reference_s > 0:
-            n_verify = min(total_candidate_calls, max(MIN_VERIFIED, int(VERIFY_BUDGET_S / self.reference_s)))
-        elif not verify_budget:
-            n_verify = min(total_candidate_calls, 2)
-        rng = random.SystemRandom()
-        picked = set(rng.sample(range(total_candidate_calls), n_verify))
-        # the calls of rounds past the least are picked at the same rate, so no round of an evaluation is safer to
-        # skip work in than another
-        extra_calls = (max_reps - min_reps) * n * (2 if repeat else 1)
-        if extra_calls:
-            rate = n_verify / total_candidate_calls
-            picked |= {total_candidate_calls + i for i in range(extra_calls) if rng.random() < rate}
-        reported = [side for side in plan if not plan[side][4]]
-        samples: dict[str, list[float]] = {k: [] for k in reported}
-        walls: dict[str, list[float]] = {k: [] for k in plan}  # CPU targets: the host clock beside CPU time
-        self._timed_batches = set()
-        candidate_call = 0
-        baseline_checked = cached is not None
-        limit, started = warmup + min_reps, time.monotonic()
-        host_clock = mode is TimingMode.cputime and cand.process.cpu_usec() is None  # no cgroup: in a container
-        for rnd in itertools.count():
-            if rnd >= limit:
-                elapsed = time.monotonic() - started
-                more = step * elapsed / max(rnd, 1)  # what the next extra rounds would take
-                settled = (self._settled(samples, cached, clock_c.width, clock_c.paired)
-                           and _above_protocol(samples, plan, walls, warmup, host_clock))
-                if (limit >= warmup + max_reps or settled
-                        or (clock_c.extend_s is not None and elapsed + more > clock_c.extend_s)
-                        or time.monotonic() + 2 * more > deadline):
-                    break
-                limit = min(warmup + max_reps, limit + step)
-            intervals: dict[str, float] = {}
-            turn = list(plan)
-            rng.shuffle(turn)
-            for side in turn:
-                handle, calls, side_sets, side_clock, null, _ = plan[side]
-                seed = derive(self.secret, workload.uuid, mode.value, side, rnd)
-                if handle is base:
-                    cand.freeze()  # nothing of the candidate runs while the other side is timed
-                write = (lambda c=calls, s=side_sets: c.poison(s)) if null else \
-                    (lambda c=calls, s=side_sets, seed=seed: c.refresh(s, seed))
-                try:
-                    out = self._call(handle, calls, side_sets, deadline, write, side_clock, null=null, account=True)
-                except GpuBusy as busy:
-                    result.flags.append(str(busy))
-                    result.status, result.detail = Status.FLAGGED, str(busy)
-                    self._fault(self.candidate)  # its work runs on: the next workload gets a fresh runner
-                    return None
-                t = time.perf_counter()
-                if handle is base:
-                    if not out.reply.get("ok"):
-                        result.status = Status.HARNESS_ERROR
-                        result.detail = f"the baseline runner failed a timed call: {out.reply.get('detail', '')}"
-                        return None
-                    if side == "baseline" and not baseline_checked:
-                        baseline_checked = True
-                        factor = baseline_check_factor(self.request.baseline)
-                        # by evoteam's rule whatever the candidate's: whether the baseline's time is a reference
-                        failure, _errors = calls_b.verify(0, rnd, factor)
-                        if failure is not None:
-                            widened = f" at {factor:g}x the element-wise tolerance" if factor != 1.0 else ""
-                            result.status = Status.HARNESS_ERROR
-                            result.detail = (f"the baseline's own output is wrong{widened} ({failure.check}: "
-                                             f"{failure.detail}); its time is not a reference")
-                            return None
-                else:
-                    if rnd >= warmup:
-                        self._timed_batches.add(self.batch_no)
-                    if not out.reply.get("ok"):
-                        result.status = claimed_failure(out.reply, Status.EXCEPTION)
-                        result.detail = f"a timed call failed: {out.reply.get('detail', '')}"
-                        return None
-                    verify = [j for j in sets if candidate_call + j in picked]
-                    candidate_call += n
-                    failure = self._after_call(calls_c, sets, out.sample, rnd, verify)
-                    self._phase(SUB_VERIFY, t)
-                    result.calls_timed += n
-                    result.calls_checked += len(verify)
-                    if failure is not None:
-                        status = Status(failure.check)
-                        if status in (Status.MISMATCH, Status.NAN_INF, Status.REL_NORM, Status.UNWRITTEN):
-                            status = Status.SKIPPED_WORK
-                        result.status = status
-                        result.detail = f"a timed call (round {rnd}) failed the check: {failure.check}: {failure.detail}"
-                        return None
-                intervals[side] = out.ms
-                walls[side].append(out.wall_ms)
-            if repeat and rng.random() < 0.5:  # which of its two batches is the speedup's: a coin, after the fact
-                intervals["candidate"], intervals["candidate_repeat"] = (intervals["candidate_repeat"],
-                                                                         intervals["candidate"])
-            if rnd >= warmup:
-                for side in reported:
-                    _, _, side_sets, _, _, against = plan[side]
-                    # the protocol's cost is per call (each call is released on its own)
-                    samples[side].append(intervals[side] / len(side_sets) - intervals[against] / len(plan[against][2]))
-        out = {side: (timing.median(v), timing.quantile(v, 0.1), timing.quantile(v, 0.9), len(v)) for side, v in samples.items()}
-        if mode is TimingMode.cputime and cached is None:
-            ratios = _paired(samples)
-            if ratios:
-                out["paired"] = timing.median(ratios)
-        if mode is TimingMode.cputime and samples["candidate"] and not host_clock:
-            # CPU time counts work wherever the runner does it; a call that mostly waits did its work
-            # somewhere CPU time does not see. Legitimate work on a single thread takes about its CPU time.
-            wall = timing.median(walls["candidate"][warmup:]) / n - timing.median(walls["null"][warmup:]) / n_base
-            if wall > IDLE_FACTOR * out["candidate"][0] + IDLE_SLACK_MS:
-                result.flags.append(f"cpu_idle: the candidate's calls took {wall:.3g} ms on the host clock but "
-                                    f"{out['candidate'][0]:.3g} ms of CPU time")
-        if host_clock and samples["candidate"]:
-            # The host clock's fallback: the machine's load only ever adds to an interval, and a few ms of it in the
-            # protocol's own intervals outweigh an honest call of 0.3 ms: on a loaded CI machine the median of the
-            # per-round differences flagged one honest batch-1 call in a container, reported another's as -0.05 ms,
-            # and the least disturbed intervals alone (two rounds) flagged a third. So each side's time is the larger
-            # of the two estimates, and the rounds go on (to the most allowed) while the candidate's least disturbed
-            # figure is not above the protocol's: a call that does no work stays there however long it is timed
-            # (no_time, _flags). The speedup stays the median of the per-round ratios, which the load moves alike on
-            # both sides. (The CPU-idle check above needs CPU time: it has none to compare.)
-            for side in reported:
-                out[side] = (max(out[side][0], _least(plan, walls, side, warmup)), *out[side][1:])
-        # the speedup's 95% interval: the order statistics around the median of the per-round ratios (the two sides
-        # timed moments apart in each round; against a cached baseline time, the candidate's rounds alone)
-        ratios = (_ratios(samples, "baseline", "candidate") if cached is None
-                  else [cached / c for c in samples["candidate"] if c > 0])
-        if ratios:
-            out["interval"] = timing.median_interval(ratios)
+            plan["candidate_repeat"] = rounds.Side("candidate_repeat", cand, calls_c, sets, clock_c, against=against)
+        try:
+            outcome = rounds.run(_Judging(self, result, cand), plan, warmup=warmup, reps=reps, repeat=repeat,
+                                 verify_budget=verify_budget, deadline=deadline, cached=cached,
+                                 workload_uuid=workload.uuid)
+        except rounds.Failed as failed:
+            result.status, result.detail = failed.status, failed.detail
+            if failed.flag:
+                result.flags.append(failed.detail)
+            return None
         if cached is not None:
-            out["baseline"] = (cached, cached, cached, 0)
             result.baseline = f"{result.baseline} (cached)"
         else:
-            self.cache.put(cache_key, out["baseline"][0])
-        return out
-
-    @staticmethod
-    def _settled(samples: dict[str, list[float]], cached: float | None, width: float, paired: bool) -> bool:
-        """Whether the figures this evaluation reports are known closely enough to stop timing: the median of each
-        per-round ratio within its 95% interval spanning `width` of it. Ratios of sides timed moments apart, in one
-        round, so that what moves every side alike (a clock, the machine's load) cancels: on a CPU (`paired`) the
-        speedup (the candidate's time where the baseline's is cached); on a GPU the speedup and the noise (the
-        candidate against its repeat)."""
-        if paired:
-            series = [samples["candidate"] if cached is not None else _paired(samples)]
-        else:
-            series = [_ratios(samples, "candidate", "candidate_repeat")]
-            if "baseline" in samples:
-                series.append(_ratios(samples, "baseline", "candidate"))
-        for values in series:
-            if values:
-                low, high = timing.median_interval(values)
-                if not high - low <= width * timing.median(values):
-                    return False
-        return True
+            self.cache.put(cache_key, outcome.figures["baseline"].median)
+        return outcome
 
     def _flags(self, result: WorkloadResult, workload, calls: CallSets, cand: RunnerHandle, deadline: float) -> None:
         """Flags on what the candidate's figures cannot be."""
@@ -1002,37 +784,101 @@ class Judge:
                 result.flags.append(f"baseline_kernels: {', '.join(sorted(set(foreign))[:3])}")
 
 
-def _above_protocol(samples: dict[str, list[float]], plan: dict, walls: dict[str, list[float]], warmup: int,
-                    host_clock: bool) -> bool:
-    """Whether the candidate's figure so far is above the protocol alone; until it is, the rounds go on (to the most
-    allowed), and only a figure still at or below it then is flagged (no_time, _flags). An honest call that costs
-    little beside the protocol's noise can come out at or below zero in a few rounds under load: a value-returning
-    `x * 2.01` of 4096 elements, timed in two rounds by CPU time on a loaded CI machine, measured -0.04 ms and was
-    flagged. A call that does no work stays at or below zero however long it is timed. On the host clock the figure
-    tested is the least disturbed one (_least): its median is no estimate under load."""
-    if host_clock:
-        return _least(plan, walls, "candidate", warmup) > 0
-    return bool(samples.get("candidate")) and timing.median(samples["candidate"]) > 0
+class _BaselineFault(Exception):
+    """The baseline's runner failed while a clock planned the workload's batches (the candidate's faults propagate as
+    they are)."""
+
+    def __init__(self, fault: RunnerFault):
+        super().__init__(fault.detail)
+        self.fault = fault
 
 
-def _least(plan: dict, walls: dict[str, list[float]], side: str, warmup: int) -> float:
-    """The host clock's least disturbed time per call of `side`: its quickest timed batch less the quickest batch of
-    the protocol it is measured against (warm-up rounds included: the protocol's quickest is what load never added
-    to), per call; -inf before a timed round."""
-    _, _, side_sets, _, _, against = plan[side]
-    if len(walls[side]) <= warmup or not walls[against]:
-        return -math.inf
-    return min(walls[side][warmup:]) / len(side_sets) - min(walls[against]) / len(plan[against][2])
+class _Planning:
+    """timing.Planning for one workload: what a clock asks of the judge to plan its batches."""
+
+    def __init__(self, judge: Judge, result: WorkloadResult, workload, clock: timing.Clock, cand: RunnerHandle,
+                 base: RunnerHandle, calls_b: CallSets, n_sets: int, deadline: float):
+        self.judge, self.result, self.workload, self.clock = judge, result, workload, clock
+        self.cand, self.base, self.calls_b, self.n_sets, self.deadline = cand, base, calls_b, n_sets, deadline
+        self.check_ms = judge.check_ms
+
+    def capture(self, side: str, n: int) -> tuple[str | None, int]:
+        message = {"op": "capture", "sets": list(range(n))}
+        if side == "candidate":
+            reply = self.cand.ask(message, self.deadline - time.monotonic())
+        else:
+            try:
+                reply = self.base.ask(message, self.deadline - time.monotonic())
+            except RunnerFault as fault:
+                raise _BaselineFault(fault) from None
+        return (None if reply.get("ok") else str(reply.get("detail", ""))), int(reply.get("nodes") or 0)
+
+    def baseline_probe_ms(self) -> float:
+        judge, workload = self.judge, self.workload
+        self.cand.freeze()
+        probe_ms = math.inf
+        for trial in range(2):
+            seed = derive(judge.secret, workload.uuid, "batch", trial)
+            try:
+                out = judge._call(self.base, self.calls_b, [0], self.deadline,
+                                  write=lambda seed=seed: self.calls_b.refresh([0], seed))
+            except RunnerFault as fault:
+                raise _BaselineFault(fault) from None
+            if not out.reply.get("ok"):
+                raise _BaselineFault(RunnerFault(claimed_failure(out.reply, Status.EXCEPTION),
+                                                 out.reply.get("detail", "")))
+            probe_ms = min(probe_ms, out.ms)
+        return probe_ms
+
+    def cached_batches(self) -> list[int]:
+        if not self.judge.request.use_baseline_cache:
+            return []
+        return list(self.judge.cache.batches(self.judge._cache_key(self.result, self.workload, self.clock, 0)))
 
 
-def _paired(samples: dict[str, list[float]]) -> list[float]:
-    """CPU targets: baseline / candidate per round (the two sides timed moments apart)."""
-    return _ratios(samples, "baseline", "candidate")
+class _Judging:
+    """rounds.Judging for one workload: the judge's side of the timed rounds."""
 
+    def __init__(self, judge: Judge, result: WorkloadResult, cand: RunnerHandle):
+        self.judge, self.result, self.cand = judge, result, cand
 
-def _ratios(samples: dict[str, list[float]], top: str, bottom: str) -> list[float]:
-    """top / bottom per round, where both are positive."""
-    return [a / b for a, b in zip(samples.get(top, []), samples.get(bottom, [])) if a > 0 and b > 0]
+    @property
+    def reference_s(self) -> float:
+        return self.judge.reference_s
+
+    def time(self, side: rounds.Side, deadline: float, write) -> tuple[interval.Interval, int]:
+        judge = self.judge
+        try:
+            out = judge._call(side.runner, side.calls, list(side.sets), deadline, write, side.clock, null=side.null,
+                              account=True)
+        except GpuBusy as busy:
+            judge._fault(judge.candidate)  # its work runs on: the next workload gets a fresh runner
+            raise rounds.Failed(Status.FLAGGED, str(busy), flag=True) from None
+        return out, judge.batch_no
+
+    def check_batch(self, side: rounds.Side, sample, rnd: int, verify: list[int]):
+        t = time.perf_counter()
+        failure = self.judge._after_call(side.calls, list(side.sets), sample, rnd, verify)
+        self.judge._phase(SUB_VERIFY, t)
+        self.result.calls_timed += len(side.sets)
+        self.result.calls_checked += len(verify)
+        return failure
+
+    def baseline_wrong(self, calls: CallSets, rnd: int) -> str | None:
+        factor = baseline_check_factor(self.judge.request.baseline)
+        # by evoteam's rule whatever the candidate's: whether the baseline's time is a reference
+        failure, _errors = calls.verify(0, rnd, factor)
+        if failure is None:
+            return None
+        widened = f" at {factor:g}x the element-wise tolerance" if factor != 1.0 else ""
+        return f"the baseline's own output is wrong{widened} ({failure.check}: {failure.detail}); its time is not a " \
+               f"reference"
+
+    def freeze_candidate(self) -> None:
+        self.cand.freeze()
+
+    def seed(self, *parts: object) -> int:
+        return derive(self.judge.secret, *parts)
 
 
 def _claim_cpu() -> tuple[int, object]:

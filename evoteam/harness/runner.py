@@ -426,7 +426,7 @@ class Runner:
         except Exception:  # noqa: BLE001 - an older driver or torch: the first replay uploads it
             pass
         self.graph = graph
-        return {"ok": True, "nodes": nodes}  # the judge bounds a batch's nodes (judge.MAX_GRAPH_NODES)
+        return {"ok": True, "nodes": nodes}  # the judge bounds a batch's nodes (timing.MAX_GRAPH_NODES)
 
     def op_kernels(self, msg: dict, fds: list[int]) -> dict:
         """Names of the device kernels one call launches (a filter, not a guarantee): those of the captured batch's

@@ -190,16 +190,16 @@ def refresh_inputs(workload, sets, generator):
     tokens = sets[0]["kv_indices"].shape[0]
     rewritten = torch.randperm(num_pages, generator=generator, device=device)[
         :refreshed_pages(num_pages, tokens * len(sets))]
-    ckv[rewritten] = torch.randn((rewritten.numel(), PAGE_SIZE, HEAD_DIM_CKV), generator=generator, device=device,
-                                 dtype=torch.bfloat16)
-    kpe[rewritten] = torch.randn((rewritten.numel(), PAGE_SIZE, HEAD_DIM_KPE), generator=generator, device=device,
-                                 dtype=torch.bfloat16)
+    # drawn in float32 and rounded: the same distribution, a quarter less of a CPU judge's time than drawing bf16
+    ckv[rewritten] = torch.randn((rewritten.numel(), PAGE_SIZE, HEAD_DIM_CKV), generator=generator,
+                                 device=device).to(torch.bfloat16)
+    kpe[rewritten] = torch.randn((rewritten.numel(), PAGE_SIZE, HEAD_DIM_KPE), generator=generator,
+                                 device=device).to(torch.bfloat16)
     pick = torch.randperm(rewritten.numel(), generator=generator, device=device)[:tokens * len(sets)]
     pages = rewritten[pick].to(torch.int32).view(len(sets), tokens)
     # every set's queries drawn at once and copied in with one multi-tensor copy (a batch may hold a hundred sets)
     for name in ("q_nope", "q_pe"):
-        fresh = torch.randn((len(sets), *sets[0][name].shape), generator=generator, device=device,
-                            dtype=torch.bfloat16)
+        fresh = torch.randn((len(sets), *sets[0][name].shape), generator=generator, device=device).to(torch.bfloat16)
         torch._foreach_copy_([inputs[name] for inputs in sets], list(fresh.unbind(0)))
     torch._foreach_copy_([inputs["kv_indices"] for inputs in sets], list(pages.unbind(0)))
 
