@@ -21,8 +21,11 @@ copies the late inputs in with the copy engine and sets the release word (events
 judge's host has read the previous call's done word); the clock stops after a copy-engine sample of the outputs.
 Outputs that change after their sample were written after the end: work left running.
 
-Open on GPUs: in graph mode the calls of a batch are released together, so one call could compute the others' sets
-(released one by one, each call cost 10-250 us more than the protocol alone on the H200); and while the runner
+In graph mode the calls of a batch are released together; one call cannot compute the others' sets because they form
+a chain (the task's CHAINED_INPUTS: call k+1's input is call k's output, poisoned until written: calls.CallSets).
+Released one by one instead, each call cost 15-20 us of protocol where the judge's GPU copies its inputs, 276 us
+from the judge's host behind the runner's kernels (an H100, scripts/batch_release_probe.py, 2026-12-06). Every wait
+here has a deadline (BATCH_TIMEOUT_S, JUDGE_SYNC_S): gpu_model's rules, tested on CPU. Open: while the runner
 enqueues its batch (after its inputs are written) its other threads run too.
 """
 
