@@ -281,8 +281,14 @@ def _search(team_run, tracker, run_dir: Path) -> None:
 
 def _interrupted(tracker, run_dir: Path) -> None:
     """Ctrl-C (or the SIGINT of a time limit): the state is on disk; say how to go on and end with 130."""
+    import signal
+
     from evoteam.team.runner import stop_cleanly
 
+    # The state is saved from here on: a second Ctrl-C (or a late SIGINT) while the tracker and the judge servers are
+    # closed would kill the process by the signal, with no exit code of its own (CI, 2026-12-06: -2 instead of 130
+    # once). Ignored, it cannot; the closing is bounded (judge_server.KILL_GRACE_S, then SIGKILL).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     tracker.stop("KILLED")
     stop_cleanly(run_dir)
     sys.exit(130)
