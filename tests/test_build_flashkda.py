@@ -39,3 +39,46 @@ def test_a_source_without_cutlass_names_the_wheel(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "no CUTLASS" in proc.stderr and "pip install nvidia-cutlass==4.2.0.0" in proc.stderr, proc.stderr
     assert not list(tmp_path.glob("site/*"))  # nothing installed
+
+
+def _pinned():
+    import re
+
+    return re.search(r"^pinned=([0-9a-f]{40})$", SCRIPT.read_text(), re.M).group(1)
+
+
+def test_the_pin_is_written_once_and_the_image_builds_the_same_commit():
+    """scripts/build_flashkda.sh holds the pinned commit; docker/Dockerfile.cuda's default must be that commit."""
+    import re
+
+    dockerfile = (REPO / "docker" / "Dockerfile.cuda").read_text()
+    assert re.search(r"^ARG FLASHKDA_COMMIT=(\S+)$", dockerfile, re.M).group(1) == _pinned()
+
+
+def test_a_source_at_another_commit_is_refused_in_one_line(tmp_path):
+    """A `git archive` of FlashKDA at a commit other than the pinned one is refused before anything is built, and
+    the line says how to build it anyway (FLASHKDA_COMMIT)."""
+    import os
+
+    tree = tmp_path / "flash-kda"
+    (tree / "csrc").mkdir(parents=True)
+    (tree / "setup.py").write_text("raise SystemExit('not to be run')\n")
+    (tree / "csrc" / "flash_kda.cpp").write_text("")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "x"]):
+        subprocess.run(["git", "-C", str(tree), *cmd], check=True, env=env)
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    archive = tmp_path / "FlashKDA-x.tar.gz"
+    subprocess.run(["git", "-C", str(tree), "archive", "--format=tar.gz", "--prefix=flash-kda/", "-o", str(archive),
+                    "HEAD"], check=True)
+    proc = _build(archive, tmp_path / "site")
+    assert proc.returncode == 2, proc.stderr
+    assert f"at {head[:12]}, not the pinned {_pinned()[:12]}; set FLASHKDA_COMMIT={head}" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not list(tmp_path.glob("site/*"))
+    # named, it passes the pin and goes on to the next check (here: CUTLASS, absent)
+    proc = _build(archive, tmp_path / "site", env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path),
+                                                   "FLASHKDA_COMMIT": head})
+    assert proc.returncode == 2 and "no CUTLASS" in proc.stderr and "not the pinned" not in proc.stderr, proc.stderr
