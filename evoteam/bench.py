@@ -32,7 +32,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--hardware", default="auto", help="a spec sheet of hardware/ or auto (default)")
     p.add_argument("--scale", choices=["full", "small"], help="problem scale (default: the target's)")
     p.add_argument("--workloads", nargs="*", default=[], help="unique uuid prefixes (default: all)")
-    p.add_argument("--baseline", default="auto", help="auto, reference, flashinfer, fla, flashkda, vllm, aiter, or "
+    p.add_argument("--baseline", default="auto", help="auto, reference, flashinfer, fla, flashkda, flashinfer_kda, vllm, aiter, or "
                    "solution (--baseline-option path=FILE: the A/A control, a kernel against itself)")
     p.add_argument("--baseline-option", action="append", default=[], metavar="KEY=VALUE",
                    help="adapter option, e.g. backend=fa3 or plan=per_call (repeatable)")

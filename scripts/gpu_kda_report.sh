@@ -12,6 +12,9 @@
 #   flashkda FlashKDA built (scripts/build_flashkda.sh, from .flashkda/; the build is saved in OUT/flashkda-built.tgz
 #            for a later call to carry as .flashkda/built.tgz) and probed next to the kernel on two bounded-gate
 #            workloads (one with an initial state): the profiler's kernel names show that FlashKDA's own kernels ran, errors vs the reference
+#   ownkernels   every KDA baseline in OWN_BASELINES (default "fla flashkda"; flashinfer_kda on Blackwell, vllm where
+#            it imports) probed on one bounded-gate workload: exit 1 unless the profiler lists each one's own kernels
+#            (kernel_names in evoteam/harness/baselines.py)
 #   fkbench1, fkbench2   the kernel vs FlashKDA on the 11 bounded-gate workloads (the only gate FlashKDA has),
 #            graph replay (device time) with CUDA events as the second figure: two runs, one machine start
 #   flabig1, flabig2   the kernel vs fla on the 17 workloads of 8k tokens or more, graph replay where fla's call
@@ -82,8 +85,18 @@ for part in $parts; do
       use_flashkda "$out/flashkda-built.tgz" >"$out/flashkda-build.log" 2>&1; rc=$?
       tail -4 "$out/flashkda-build.log"; [ $rc = 0 ] || exit 1
       python3 scripts/kda_probe.py "$kernel" --check --deadline ${PROBE_DEADLINE:-300} --baseline flashkda \
-        --workloads efbdc890 25d16f3d --json "$out/flashkda-probe.json" 2>&1 | grep -v Warning | tee "$out/flashkda-probe.log"
-      grep -q "_flash_kda_fwd" "$out/flashkda-probe.log" || { echo "FlashKDA's kernels were not seen" >&2; exit 1; } ;;
+        --require-own-kernels --workloads efbdc890 25d16f3d --json "$out/flashkda-probe.json" 2>&1 \
+        | grep -v Warning | tee "$out/flashkda-probe.log"
+      # the adapter's kernel_names (evoteam/harness/baselines.py) in the profile of every workload, else exit 1
+      [ "${PIPESTATUS[0]}" = 0 ] || { echo "FlashKDA's own kernels were not all seen (flashkda-probe.log)" >&2; exit 1; } ;;
+    ownkernels)
+      # every KDA baseline that imports here (OWN_BASELINES, default fla flashkda), one bounded-gate workload: the
+      # profiler's kernel names prove each library's own kernels ran (the adapters' kernel_names)
+      use_flashkda >/dev/null 2>&1 || true
+      bl=""; for b in ${OWN_BASELINES:-fla flashkda}; do bl="$bl --baseline $b"; done
+      python3 scripts/kda_probe.py "$kernel" --deadline ${PROBE_DEADLINE:-300} $bl --require-own-kernels \
+        --workloads efbdc890 --json "$out/ownkernels.json" 2>&1 | grep -v Warning | tee "$out/ownkernels.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || { echo "a baseline's own kernels were not all seen (ownkernels.log)" >&2; exit 1; } ;;
     fkbench[1-9]) use_flashkda || exit 1; bench "$part" flashkda graph --workloads $bounded ;;
     select)
       selected=${SELECT_WORKLOADS:-$first12 $last12}; [ "$selected" = single ] && selected=$single

@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", action="append", default=[],
                    help="time a baseline adapter too (repeatable): fla (the first call per shape autotunes), flashkda")
     p.add_argument("--check", action="store_true", help="errors against the fp32 reference (slow on long sequences)")
+    p.add_argument("--require-own-kernels", action="store_true",
+                   help="exit 1 unless every --baseline's own kernels (its adapter's kernel_names) are in the profile "
+                        "of each workload it ran: the proof that the library itself ran, not a fallback")
     p.add_argument("--ablate", action="append", type=int, default=[],
                    help="also time each point with these intra-pass stages left out (the kernel's ABLATE bit mask; "
                         "repeatable): differences of times place the pass's time without hardware counters; the "
@@ -118,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     resources = {}
+    unproven = 0  # library rows whose profile lacks their own kernels
     started = time.perf_counter()
     for n_done, w in enumerate(workloads):
         if args.stop_after and time.perf_counter() - started > args.stop_after:
@@ -167,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
                    "host_us": host, "events_us": ev.median_ms * 1e3,
                    "graph_us": gr.median_ms * 1e3, "graph_mode": gr.mode, "floor_us": floor_us,
                    "per_launch_us": per}
+            if name in libraries:
+                proven, account = baselines.own_kernels_ran(libraries[name], per)
+                row["own_kernels"] = {"proven": proven, "account": account}
+                print(f"{row['workload']} {'PROVEN' if proven else 'NOT PROVEN'} {account}", flush=True)
+                unproven += 0 if proven else 1
             if ref is not None:
                 for out in ("output", "final_state"):
                     a, b = outs[name][out].double(), ref[out].double()
@@ -200,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.emit_champion:
         write_champion(fastest_point_champion(Path(args.kernel), task, hw.name, rows, unablated, args.keep_from),
                        args.emit_champion)
+    if args.require_own_kernels:
+        ran = [r for r in rows if "own_kernels" in r]
+        if unproven or not ran or len(libraries) < len(args.baseline):
+            print(f"--require-own-kernels: {unproven} of {len(ran)} baseline row(s) not proven"
+                  + ("" if ran else " (no baseline ran)"), file=sys.stderr)
+            return 1
     return 0
 
 

@@ -118,3 +118,97 @@ def test_the_solution_adapter_runs_a_kernel_file_as_the_baseline(cpu, tmp_path):
     assert adapter.version != version
     with pytest.raises(baselines.BaselineUnavailable, match="needs path=FILE"):
         baselines.create("solution", task, cpu, path=str(tmp_path / "missing.py"))
+
+
+def test_flashinfer_kda_refuses_every_target_but_blackwell_in_one_line(cpu):
+    """FlashInfer 0.7.4's KDA prefill backends are Blackwell (sm_100/sm_103) kernels: on any other CUDA target the
+    adapter says so in one line, before it imports flashinfer."""
+    kda = load_task("kda_prefill")
+    for name in ("h100", "h200"):
+        reason = baselines.FlashInferKDA().unavailable_reason(kda, hardware.load_spec(name))
+        assert reason == f"FlashInfer's KDA prefill runs on Blackwell (sm_100, sm_103) only; {name} is sm_90", reason
+        with pytest.raises(baselines.BaselineUnavailable) as err:
+            baselines.create("flashinfer_kda", kda, hardware.load_spec(name))
+        assert len(str(err.value).splitlines()) == 1
+    assert baselines.FlashInferKDA().unavailable_reason(kda, cpu) == "flashinfer_kda does not run on cpu"
+    b200 = hardware.load_spec("b200")
+    assert b200.arch_target == "sm_100"
+    reason = baselines.FlashInferKDA().unavailable_reason(kda, b200)  # past the arch: the import decides
+    assert reason is None or reason.startswith("flashinfer does not import"), reason
+    with pytest.raises(baselines.BaselineUnavailable, match="backend=fa3 is not one of auto"):
+        baselines.FlashInferKDA(backend="fa3")
+    assert baselines.FlashInferKDA(backend="cake").label == "flashinfer_kda(cake)"
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_the_flashinfer_kda_adapter_maps_the_arguments(cpu, monkeypatch, bounded):
+    """A stand-in for `flashinfer.recurrent_kda` (0.7.4's documented contract: q, k, v, g [1, T, H, 128], raw gate
+    with use_gate_in_kernel, beta logits with beta_is_logit, state [N, H, V, K] updated in place, int64 cu_seqlens,
+    output written into `output`) computes the task's reference from what it receives; the adapter's outputs must
+    be the reference's. A state the library updates in place must never be the caller's initial_state."""
+    import types
+
+    task = load_task("kda_prefill")
+    workload = next(w for w in task.scaled_workloads("small")
+                    if w.inputs["bounded_gate"].value == bounded and w.inputs["has_initial_state"].value)
+    inputs = task.make_inputs(workload, torch.Generator().manual_seed(7), "cpu")
+    caller_state = inputs["initial_state"].clone()
+    calls = []
+
+    def recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initial_state=None,
+                      output_final_state=False, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=False,
+                      lower_bound=None, cu_seqlens=None, output=None, beta_is_logit=False, backend="auto", **rest):
+        assert not rest, rest
+        assert q.shape[0] == 1 and q.shape[-1] == 128 and cu_seqlens.dtype == torch.int64
+        assert use_gate_in_kernel and use_qk_l2norm_in_kernel and beta_is_logit and output_final_state
+        assert backend == "cake" and initial_state.dtype == torch.float32
+        assert initial_state.data_ptr() != inputs["initial_state"].data_ptr()
+        assert (lower_bound is not None) == bounded and (lower_bound is None or lower_bound < 0)
+        n, h = cu_seqlens.numel() - 1, q.shape[2]
+        assert initial_state.shape == (n, h, v.shape[-1], q.shape[-1]) and A_log.shape == (h,)
+        calls.append(1)
+        ref = task.reference({**inputs, "q": q[0], "k": k[0], "v": v[0], "g": g[0], "beta": beta[0],
+                              "scale": scale, "A_log": A_log, "dt_bias": dt_bias,
+                              "bounded_gate": lower_bound is not None,
+                              "lower_bound": lower_bound if lower_bound is not None else inputs["lower_bound"],
+                              "initial_state": initial_state.transpose(-1, -2), "has_initial_state": True,
+                              "cu_seqlens": cu_seqlens.int()})
+        output[0].copy_(ref["output"])
+        initial_state.copy_(ref["final_state"].transpose(-1, -2))  # in place, as FlashInfer does
+        return output, initial_state
+
+    monkeypatch.setitem(__import__("sys").modules, "flashinfer", types.SimpleNamespace(recurrent_kda=recurrent_kda))
+    shapes = task.output_shapes(workload, inputs)
+    run = baselines.FlashInferKDA(backend="cake").prepare(task, workload, inputs)
+    expected = task.reference(inputs)
+    for _ in range(2):  # the second call starts again from the caller's state, not the updated buffer
+        outputs = {"output": torch.full(shapes["output"], float("nan"), dtype=torch.bfloat16),
+                   "final_state": torch.full(shapes["final_state"], float("nan"))}
+        run(**inputs, **outputs)
+        torch.testing.assert_close(outputs["output"], expected["output"], rtol=0, atol=1e-2)
+        torch.testing.assert_close(outputs["final_state"], expected["final_state"], rtol=1e-5, atol=1e-6)
+    assert len(calls) == 2 and torch.equal(inputs["initial_state"], caller_state)
+    # without an initial state the library gets zeros, never the caller's (NaN-filled, must not be read) tensor
+    inputs = {**inputs, "has_initial_state": False}
+    outputs = {"output": torch.empty(shapes["output"], dtype=torch.bfloat16), "final_state": torch.empty(shapes["final_state"])}
+    run(**inputs, **outputs)
+    expected = task.reference({**inputs, "initial_state": torch.zeros_like(caller_state), "has_initial_state": True})
+    torch.testing.assert_close(outputs["final_state"], expected["final_state"], rtol=1e-5, atol=1e-6)
+
+
+def test_own_kernel_names_prove_which_code_ran():
+    """Each KDA adapter names the kernels only its library launches; a profile proves the library ran only when all
+    of them are in it (a C++ kernel as the profiler shows it: `void name<...>(...)`), and an adapter that names none
+    proves nothing."""
+    fk, fla, vllm = baselines.FlashKDA(), baselines.FlaChunkKDA(), baselines.VllmKDA()
+    flashkda_profile = ["void _flash_kda_fwd_prepare<Copy, 16, 128>(TmaDesc, float, int)",
+                        "void _flash_kda_fwd_recurrence<Copy, 16, 128, 3>(TmaDesc)", "void at::native::copy_kernel"]
+    assert baselines.own_kernels_ran(fk, flashkda_profile)[0]
+    proven, account = baselines.own_kernels_ran(fla, flashkda_profile)  # fla's name, FlashKDA's kernels
+    assert not proven and "chunk_gla_fwd_kernel_o" in account and "NOT" in account
+    fla_profile = [*fla.kernel_names, "l2norm_fwd_kernel", "fused_beta_sigmoid_fwd_kernel"]
+    assert baselines.own_kernels_ran(fla, fla_profile)[0] and not baselines.own_kernels_ran(fk, fla_profile)[0]
+    # vLLM's recompute_w_u_fwd_kernel is not fla's recompute_w_u_fwd_kda_kernel
+    assert not baselines.own_kernels_ran(vllm, fla_profile)[0]
+    proven, account = baselines.own_kernels_ran(baselines.FlashInferKDA(), flashkda_profile)
+    assert not proven and "no kernel names recorded" in account

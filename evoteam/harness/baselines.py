@@ -12,6 +12,8 @@ destination-passing callable `fn(**inputs, **outputs)`.
   fla                  fla-core's chunk_kda on its Triton path (FlashKDA routing disabled)
   flashkda             FlashKDA's flash_kda.fwd (CUTLASS, sm_90a/sm_100a; bounded gate only) when flash_kda
                        imports (scripts/build_flashkda.sh builds it from its source)
+  flashinfer_kda       FlashInfer's KDA prefill, flashinfer.recurrent_kda (0.7.4; Blackwell sm_100/sm_103 only;
+                       UNVERIFIED: no Blackwell GPU here)
   vllm                 vLLM's KDA kernel when vllm imports
   aiter                AITER's MLA decode on ROCm when aiter imports (UNVERIFIED: no AMD GPU here)
   solution             a kernel file of the task's own calling convention, option path=FILE (entry=run): the A/A
@@ -24,7 +26,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -45,6 +48,24 @@ def _version(dist: str) -> str:
         return "unknown"
 
 
+def _kernel_matches(name: str, seen: str) -> bool:
+    """A profiler's kernel name is `name` itself (Triton), or a C++ signature with `name` as its function
+    (`void ns::name<...>(...)`); `recompute_w_u_fwd_kernel` does not match `recompute_w_u_fwd_kda_kernel`."""
+    return re.search(rf"(^|[\s:]){re.escape(name)}($|[<(\s])", seen) is not None
+
+
+def own_kernels_ran(adapter: Baseline, seen: Iterable[str]) -> tuple[bool, str]:
+    """Whether a profile's kernel names (`seen`) prove that `adapter`'s own kernels ran, and a one-line account."""
+    seen = list(seen)
+    if not adapter.kernel_names:
+        return False, f"{adapter.name}: no kernel names recorded for this baseline: nothing proves which code ran"
+    missing = [n for n in adapter.kernel_names if not any(_kernel_matches(n, s) for s in seen)]
+    if missing:
+        return False, (f"{adapter.name}: its own kernels did NOT all run: {', '.join(missing)} not in the profile "
+                       f"({len(seen)} kernel names seen)")
+    return True, f"{adapter.name}: its own kernels ran: {', '.join(adapter.kernel_names)}"
+
+
 class Baseline:
     name = "baseline"
     tasks: tuple[str, ...] = ()
@@ -56,6 +77,11 @@ class Baseline:
     # meaningless. Element-wise it allows this multiple of the task's atol and rtol (the relative-norm bound and
     # NaN/Inf stay as they are), for a library that computes the same operation at a lower precision.
     own_check_factor: float = 1.0
+    # The device kernels (their names as the profiler lists them) that only this library's own code launches: when
+    # all of them show up in a profile of one call, the library itself ran, not a fallback behind its name (fla's
+    # chunk_kda routes to FlashKDA or TileLang where those import; FlashKDA reached through fla ran fla's Triton path
+    # outside inference mode). Empty: not known, so nothing is proven (`own_kernels_ran` says so).
+    kernel_names: tuple[str, ...] = ()
 
     def __init__(self, **options: Any):
         if options:
@@ -171,6 +197,13 @@ class FlaChunkKDA(Baseline):
     # ("Cannot copy between CPU and CUDA tensors during CUDA graph capture", H200, 2026-12-02). Like FlashInfer's
     # plan, this per-batch set-up is a serving engine's once per batch, outside the kernel time measured here.
     tensor_cache_size = 64
+    # fla-core 0.6.0's forward on its Triton path, as this adapter calls it (gate inside, both gates): the gate's
+    # chunk cumsum (fla/ops/kda/gate.py), the intra pass's fused inter-chunk solve (chunk_intra.py, either gate),
+    # w and u (wy_fast.py), the state pass (ops/common/chunk_delta_h.py), the output (ops/gla/chunk.py). Read from
+    # the fla-core 0.6.0 wheel; none of them runs where fla hands the call to FlashKDA.
+    kernel_names = ("kda_gate_chunk_cumsum_vector_kernel", "chunk_kda_fwd_kernel_inter_solve_fused",
+                    "recompute_w_u_fwd_kda_kernel", "chunk_gated_delta_rule_fwd_kernel_h_blockdim64",
+                    "chunk_gla_fwd_kernel_o")
 
     def __init__(self, **options: Any):
         super().__init__(**options)
@@ -221,6 +254,10 @@ class FlashKDA(Baseline):
     # 1e-2, but 1-3 final_state elements of the 1k and 4k bounded workloads missed the element-wise bound
     # (|err| up to 0.045 against atol 0.03 at |ref| 1.65).
     own_check_factor = 2.0
+    # csrc/smxx/fwd_kernel1.cuh and fwd_kernel2.cuh (MoonshotAI/FlashKDA at the pinned commit, and vLLM's fork):
+    # the chunk-local prepare and the recurrence; seen in the H200's profiler on 2026-12-02. The pinned commit also
+    # launches `_flash_kda_build_tile_prefix` for varlen inputs (not required: the fork has no such kernel).
+    kernel_names = ("_flash_kda_fwd_prepare", "_flash_kda_fwd_recurrence")
 
     def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
         if not workload.inputs["bounded_gate"].value:
@@ -263,6 +300,10 @@ class VllmKDA(Baseline):
     backends = ("cuda", "rocm")
     module = "vllm.model_executor.layers.fla.ops.kda"
     distribution = "vllm"
+    # vLLM's own copies (vllm/model_executor/layers/fla/ops/kda.py, read at vLLM commit 00bb9c07, not run here):
+    # named unlike fla 0.6.0's (its `recompute_w_u_fwd_kda_kernel`, its fused intra pass)
+    kernel_names = ("chunk_kda_scaled_dot_kkt_fwd_kernel_intra_sub_inter", "recompute_w_u_fwd_kernel",
+                    "chunk_gated_delta_rule_fwd_kernel_h_blockdim64")
 
     def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
         kda = importlib.import_module(self.module)
@@ -278,6 +319,63 @@ class VllmKDA(Baseline):
                 scale=float(kw["scale"]), initial_state=init, output_final_state=True,
                 use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
             kw["output"].copy_(o.squeeze(0))
+            kw["final_state"].copy_(final.transpose(-1, -2))
+
+        return run
+
+
+class FlashInferKDA(Baseline):
+    """FlashInfer's KDA prefill, `flashinfer.recurrent_kda` (flashinfer-python 0.7.4), for Blackwell targets only.
+    UNVERIFIED: written from the 0.7.4 wheel's source (`flashinfer/kda.py`), never run here (no Blackwell GPU was
+    lent). Its prefill backends (CuTe DSL, Cake, cuDNN, TIRx, PTX; `backend=auto` picks by shape) are built for
+    SM100/SM103 (B200/GB200, B300/GB300) and SM120; on SM90 none runs, so the adapter refuses other targets
+    before it imports anything. It takes the raw gate and beta logits (`use_gate_in_kernel`, `beta_is_logit`),
+    L2-normalises q and k itself (the task's `to_recurrent_kda` gives the call, the same mapping as FlashInfer-Trace
+    interop), keeps the state as [N, HV, V, K] and updates the state it is given in place:
+    the adapter copies the initial state, transposed, into its own buffer (zeros without one) on every call,
+    inside the timed region like FlashKDA's transposes. CUDA graph capture of its native backends needs a
+    `prefill_workspace` per captured call, which this adapter does not pass: where capture fails, time it by
+    events. Option backend=auto|cute-dsl|cute-dsl-persistent|tirx|ptx|cake|small-bh|cudnn."""
+
+    name = "flashinfer_kda"
+    tasks = ("kda_prefill",)
+    backends = ("cuda",)
+    module = "flashinfer"
+    distribution = "flashinfer-python"
+    arch_targets = ("sm_100", "sm_103")  # hardware/<target>.yaml's arch_target
+    kda_backends = ("auto", "cute-dsl", "cute-dsl-persistent", "tirx", "ptx", "cake", "small-bh", "cudnn")
+
+    def __init__(self, backend: str = "auto"):
+        if backend not in self.kda_backends:
+            raise BaselineUnavailable(f"flashinfer_kda: backend={backend} is not one of {', '.join(self.kda_backends)}")
+        self.backend = backend
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}({self.backend})"
+
+    def unavailable_reason(self, task: Task, hw: HardwareSpec) -> str | None:
+        if hw.backend == "cuda" and hw.arch_target not in self.arch_targets:
+            return (f"FlashInfer's KDA prefill runs on Blackwell ({', '.join(self.arch_targets)}) only; "
+                    f"{hw.name} is {hw.arch_target}")
+        return super().unavailable_reason(task, hw)
+
+    def prepare(self, task: Task, workload: Any, inputs: dict[str, Any]) -> Callable[..., None]:
+        flashinfer = importlib.import_module(self.module)
+        to_call = task.module.to_recurrent_kda
+        cu_seqlens = inputs["cu_seqlens"].to(torch.long)
+        n, h, dk, dv = inputs["initial_state"].shape
+        state = torch.empty((n, h, dv, dk), dtype=torch.float32, device=cu_seqlens.device)
+
+        def run(**kw: Any) -> None:
+            if kw["has_initial_state"]:
+                state.copy_(kw["initial_state"].transpose(-1, -2))
+            else:
+                state.zero_()
+            call = to_call(kw)  # the task's own mapping (kernels/kda_prefill/task.py, docs/interop.md)
+            call.update(initial_state=state, cu_seqlens=cu_seqlens, output=kw["output"].unsqueeze(0),
+                        backend=self.backend)
+            _, final = flashinfer.recurrent_kda(**call)
             kw["final_state"].copy_(final.transpose(-1, -2))
 
         return run
@@ -355,6 +453,7 @@ ADAPTERS: dict[str, type[Baseline]] = {
     "flashinfer": FlashInferMLA,
     "fla": FlaChunkKDA,
     "flashkda": FlashKDA,
+    "flashinfer_kda": FlashInferKDA,
     "vllm": VllmKDA,
     "aiter": AiterMLA,
     "solution": SolutionBaseline,
