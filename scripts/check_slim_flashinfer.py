@@ -1,7 +1,7 @@
 """Checks a slim FlashInfer wheel (scripts/slim_flashinfer.py) on a CPU, no GPU needed.
 
-  1. `import flashinfer.mla` works from the unpacked wheel alone (every flashinfer module it loads comes from there),
-     and BatchMLAPagedAttentionWrapper is there;
+  1. `import flashinfer.mla` works from the unpacked wheel alone (every flashinfer module it loads comes from there,
+     and it warns of none missing), BatchMLAPagedAttentionWrapper is there and takes backend fa2 and fa3;
   2. the fa2 and fa3 JIT specs of the MLA task's shapes (bf16 query, KV and output, int32 indices, head_dim_ckv 512,
      head_dim_kpe 64: kernels/mla_decode/definition.json) name only sources that exist, and their ninja files
      (written, not run: FLASHINFER_CUDA_ARCH_LIST=9.0a) name only include dirs and inputs that exist;
@@ -35,16 +35,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {"head_dim_ckv": 512, "head_dim_kpe": 64}  # kernels/mla_decode/definition.json (bf16, int32 indices)
 
 CHILD = r'''
-import json, os, re, sys, time
+import json, os, re, sys, time, warnings
 root = os.path.realpath(sys.argv[1])
 t0 = time.time()
 import torch
-import flashinfer
-import flashinfer.mla
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import flashinfer
+    import flashinfer.mla
 from flashinfer.jit import gen_batch_mla_module
 report = {"import_s": round(time.time() - t0, 2), "version": flashinfer.__version__,
           "slim": getattr(flashinfer, "SLIM", None), "errors": []}
 err = report["errors"].append
+missing = sorted({str(w.message).splitlines()[0][:200] for w in caught if "No module named 'flashinfer" in str(w.message)})
+if missing:  # a module imported inside a function while flashinfer.mla is imported, which the repack left out
+    err(f"importing flashinfer.mla warned of {len(missing)} missing flashinfer modules: {missing[:3]}")
 if not os.path.realpath(flashinfer.__file__).startswith(root + os.sep):
     err(f"flashinfer imported from {flashinfer.__file__}, not from {root}")
 foreign = sorted(m for m, mod in list(sys.modules.items()) if m.split(".")[0] == "flashinfer"

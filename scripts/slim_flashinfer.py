@@ -39,9 +39,10 @@ from pathlib import Path, PurePosixPath
 LOCAL_VERSION = "sm90mla"
 ROOT_MODULES = ("flashinfer", "flashinfer.version", "flashinfer.jit", "flashinfer.mla")
 # imported inside functions on the fa2/fa3 wrapper's plan() and run() path, or by what they call (the autotuner's
-# constructor and its graph timing, API logging's kernel, the attention variants of jit.attention.modules)
+# constructor and its graph timing, API logging's kernel, the attention variants of jit.attention.modules), or while
+# flashinfer.mla is imported (@flashinfer_api attaches fi_trace to every API it decorates; without it each one warns)
 EXTRA_MODULES = ("flashinfer.tactics_blocklist", "flashinfer.autotuner._graph_timing", "flashinfer.jit.api_log_stats",
-                 "flashinfer.jit.attention.variants")
+                 "flashinfer.jit.attention.variants", "flashinfer.fi_trace")
 DATA = "flashinfer/data"
 # gen_batch_mla_module (flashinfer/jit/attention/modules.py): the template and the sources it copies, per backend
 MLA_SOURCES = {
