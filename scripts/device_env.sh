@@ -2,7 +2,8 @@
 #   use_wheels [MODULE ...]
 # Where .whl exists (wheels the lent machine lacks: scripts/fetch_wheels.sh) and one of the
 # modules does not import (or none is named), the wheels are installed into /tmp/site and put first
-# on PYTHONPATH; the repository goes on PYTHONPATH in every case.
+# on PYTHONPATH (their commands last on PATH); the repository goes on PYTHONPATH in every case. FlashInfer there is
+# one version: the slim 0.7.4 (default) or 0.5.3, as scripts/fetch_wheels.sh made .whl/ (FLASHINFER=...).
 use_wheels() {
   local probe=""
   [ $# -gt 0 ] && probe="import $(IFS=,; echo "$*")"
@@ -10,6 +11,8 @@ use_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
       .whl/*.whl || return 1
     export PYTHONPATH=/tmp/site:$PWD
+    # the wheels' commands (ninja, which FlashInfer's JIT runs), after the host's own
+    [ -d /tmp/site/bin ] && export PATH=$PATH:/tmp/site/bin
   else
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
   fi

@@ -12,7 +12,8 @@
 #              rotating part of the rest (REDTEAM_PART=K/N, default the day of the year's part of 4, named in the row)
 #   kda        KDA's honest candidates against fla: the chunk kernel (1k and 16k tokens, both gate forms), the seed
 #   aa         the A/A control (the same kernel on both sides): MLA on 8 workloads, KDA on 2, geomean within 3%
-#   mla        the MLA champion against FlashInfer 0.5.3 (plan cached) on the 47 workloads, graph and events
+#   mla        the MLA champion against FlashInfer (plan cached; the one in .whl/: 0.7.4 slim, or 0.5.3: FLASHINFER= of
+#              scripts/fetch_wheels.sh) on the 47 workloads, graph and events
 #   mainjob    `python -m evoteam hardware=auto` with two evaluations, tracked in MLflow (a SQLite store in OUT)
 # Caches: CACHE_IN=FILE.tgz (an earlier call's OUT/cache.tgz, carried e.g. in the ignored .device-cache/) restores
 # Triton's kernels and fla's autotuning and the candidates' CUDA builds; OUT/cache.tgz is written at the end.

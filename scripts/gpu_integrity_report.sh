@@ -5,7 +5,7 @@
 #   probe    the split harness's building blocks (scripts/harness_probe.py): the sandbox, device memory
 #            shared across PID namespaces, intervals timed by the judge, escaped work, faults
 #   smoke    the champion on two MLA workloads, few rounds: does the harness run here at all
-#   mla      the MLA champion vs FlashInfer 0.5.3 (plan cached) on the 47 workloads: graph replay (the
+#   mla      the MLA champion vs FlashInfer (plan cached; 0.7.4 slim or 0.5.3, as .whl/ has it) on the 47 workloads: graph replay (the
 #            first run compiles), then events, MLA_RUNS times (default 1); the wall time of each evaluation
 #            (walls.txt)
 #   kda      the KDA chunk kernel vs fla-core's Triton chunk_kda on 4 workloads (1k-16k tokens, both

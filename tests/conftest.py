@@ -86,6 +86,8 @@ def pytest_collection_modifyitems(config, items):
 # What enables the tests a machine skips, by words of the skip's reason (the first match wins).
 HOW_TO_RUN_SKIPPED = (
     ("flashinfer-bench", "make test (installs flashinfer-bench's data model)"),
+    ("slim flashinfer", "bash scripts/fetch_wheels.sh (the slim FlashInfer 0.7.4 in .whl/), and apache-tvm-ffi and "
+                        "nvidia-ml-py on PYTHONPATH"),
     ("gpu", "a CUDA or ROCm host: make test TORCH=torch (the cuda extra for the baselines: pip install -e '.[cuda]')"),
     ("cuda", "a CUDA or ROCm host: make test TORCH=torch (the cuda extra for the baselines: pip install -e '.[cuda]')"),
     ("flashinfer", "an NVIDIA host with the cuda extra: pip install -e '.[cuda]'"),

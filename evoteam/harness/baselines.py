@@ -6,7 +6,8 @@ per-workload set-up that a serving engine would cache (outside the timed region)
 destination-passing callable `fn(**inputs, **outputs)`.
 
   reference            the task's PyTorch reference (fp32 accumulate); the baseline on CPU
-  flashinfer           FlashInfer's BatchMLAPagedAttentionWrapper (MLA decode), options:
+  flashinfer           FlashInfer's BatchMLAPagedAttentionWrapper (MLA decode; 0.7.4 by default, 0.5.3 works too:
+                         its version is recorded, a slim 0.7.4 as 0.7.4+sm90mla), options:
                          backend=auto|fa2|fa3, plan=cached (kernel only) | per_call (plan() + run(),
                          timed with the host clock because plan() does host work)
   fla                  fla-core's chunk_kda on its Triton path (FlashKDA routing disabled)
@@ -161,9 +162,18 @@ class FlashInferMLA(Baseline):
         qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=device)
         sm_scale = float(inputs["sm_scale"])
 
+        # FlashInfer 0.7 plans from a metadata object and runs on structural inputs (its flat, positional 0.5 forms
+        # still work there but warn); 0.5.3 has only the flat forms. Both: split q/KV tensors, base-2 lse.
+        metadata_api = getattr(flashinfer.mla, "MLAPlanMetadata", None)
+        shape = dict(num_heads=heads, head_dim_ckv=d_ckv, head_dim_kpe=d_kpe, page_size=page_size, causal=False,
+                     sm_scale=sm_scale, q_data_type=inputs["q_nope"].dtype, kv_data_type=inputs["ckv_cache"].dtype)
+
         def plan() -> None:
-            wrapper.plan(qo_indptr, kv_indptr, inputs["kv_indices"], kv_len, heads, d_ckv, d_kpe, page_size,
-                         False, sm_scale, inputs["q_nope"].dtype, inputs["ckv_cache"].dtype)
+            if metadata_api is None:
+                wrapper.plan(qo_indptr, kv_indptr, inputs["kv_indices"], kv_len, **shape)
+            else:
+                wrapper.plan(metadata=metadata_api.csr(qo_indptr, kv_indptr, inputs["kv_indices"], kv_len), **shape,
+                             query_layout="split", kv_cache_layout="split", lse_mode="base2")
 
         if self.plan_mode == "cached":
             plan()
@@ -172,8 +182,12 @@ class FlashInferMLA(Baseline):
         def run(**kw: Any) -> None:
             if per_call:
                 plan()
-            wrapper.run(kw["q_nope"], kw["q_pe"], kw["ckv_cache"], kw["kpe_cache"], out=kw["output"],
-                        lse=kw["lse"], return_lse=True)
+            if metadata_api is None:
+                wrapper.run(kw["q_nope"], kw["q_pe"], kw["ckv_cache"], kw["kpe_cache"], out=kw["output"],
+                            lse=kw["lse"], return_lse=True)
+            else:
+                wrapper.run(query=(kw["q_nope"], kw["q_pe"]), kv_cache=(kw["ckv_cache"], kw["kpe_cache"]),
+                            out=kw["output"], lse=kw["lse"], return_lse=True)
 
         return run
 
