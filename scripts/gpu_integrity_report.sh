@@ -8,6 +8,8 @@
 #   mla      the MLA champion vs FlashInfer (plan cached; 0.7.4 slim or 0.5.3, as .whl/ has it) on the 47 workloads: graph replay (the
 #            first run compiles), then events, MLA_RUNS times (default 1); the wall time of each evaluation
 #            (walls.txt)
+#   mla_best the MLA champion vs FlashInfer's fa2 and vs its fa3, per workload the faster one the bar
+#            (scripts/best_baseline.py), graph then events
 #   kda      the KDA chunk kernel vs fla-core's Triton chunk_kda on 4 workloads (1k-16k tokens, both
 #            gates): events, then graph replay; fla's autotuning saved in autotune.tgz (AUTOTUNE_IN
 #            restores it, e.g. from a copy carried in the ignored .device-cache/)
@@ -72,6 +74,18 @@ for part in $parts; do
           timed "mla_${mode}${suffix}_$run" "$champion" "${mla[@]}" --timing "$mode" \
             --json "$out/mla_${mode}${suffix}_$run.json"
         done
+      done ;;
+    mla_best)  # issue 56's bar: the champion against FlashInfer's fa2 and against its fa3 (plan cached), each side by
+               # side in its own run, graph then events (MLA_MODES); per workload the faster backend is the bar
+               # (scripts/best_baseline.py: the lower of the two speedups); MLA_WORKLOADS="uuid ..." for a subset
+      for mode in ${MLA_MODES:-graph events}; do
+        for backend in fa2 fa3; do
+          timed "mla_best_${mode}_$backend" "$champion" --task mla_decode --baseline flashinfer \
+            --baseline-option "backend=$backend" --baseline-option plan=cached --label champion --timing "$mode" \
+            ${MLA_WORKLOADS:+--workloads $MLA_WORKLOADS} --json "$out/mla_best_${mode}_$backend.json"
+        done
+        python3 scripts/best_baseline.py "$out/mla_best_${mode}_fa2.json" "$out/mla_best_${mode}_fa3.json" \
+          --json "$out/mla_best_$mode.json" 2>&1 | tee -a "$log"
       done ;;
     aa|aa_kda)  # the A/A control: the same kernel as candidate and as baseline, graph then events (1.00x within 2%)
       if [ "$part" = aa ]; then
