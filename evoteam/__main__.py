@@ -134,4 +134,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from evoteam.process_exit import run
+
+    run(main)

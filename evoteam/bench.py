@@ -163,4 +163,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from evoteam.process_exit import run
+
+    run(main)

@@ -987,4 +987,6 @@ def judge_main(request_path: str, progress_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(judge_main(sys.argv[1], sys.argv[2]))
+    from evoteam.process_exit import run
+
+    run(judge_main, sys.argv[1], sys.argv[2])

@@ -327,4 +327,6 @@ def serve(fd: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1])))
+    from evoteam.process_exit import run
+
+    run(serve, int(sys.argv[1]))

@@ -14,7 +14,6 @@ per-workload table. Tool results carry the same table and, for failures, the che
 from __future__ import annotations
 
 import argparse
-import sys
 
 from evoteam import report
 from evoteam.harness import scan
@@ -236,4 +235,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from evoteam.process_exit import run
+
+    run(main)
