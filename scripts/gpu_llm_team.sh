@@ -36,9 +36,9 @@ alembic==1.20.1 mako==1.4.3 sqlparse==0.6.1 cachetools==7.3.3 opentelemetry-api=
 opentelemetry-proto==1.45.2 opentelemetry-semantic-conventions==0.66b2 databricks-sdk==0.167.0 fastapi==0.165.0
 starlette==1.10.0 uvicorn==0.55.0 gitpython==3.2.1 gitdb==4.0.12 smmap==5.0.3 truststore==0.10.5 cryptography==50.0.2
 cffi==2.1.1 pycparser==3.12 google-auth==2.63.0 pyasn1==0.6.5 pyasn1-modules==0.4.2"
-# The rest of what this run needs there: Hydra and the MLA baseline (FlashInfer; its cuDNN frontend is optional and
-# left out: 12 MB of the 64 MiB a call carries)
-RUN_WHEELS="hydra-core==1.3.8 omegaconf==2.3.0 flashinfer-python==0.5.3 apache-tvm-ffi==0.1.15.post2"
+# The rest of what this run needs there: Hydra and the MLA baseline, FlashInfer as scripts/fetch_wheels.sh put it into
+# .whl/ (the slim 0.7.4 with nvidia-ml-py and ninja, or 0.5.3: one source for the baseline every GPU script measures)
+RUN_WHEELS="hydra-core==1.3.8 omegaconf==2.3.0 apache-tvm-ffi==0.1.15.post2"
 
 if [ "${1:-}" = "--fetch-wheels" ]; then
   mkdir -p "$wheels"
@@ -46,6 +46,9 @@ if [ "${1:-}" = "--fetch-wheels" ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d "$wheels" $LLM_WHEELS $RUN_WHEELS || exit 1
+  ls .whl/flashinfer_python-*.whl >/dev/null 2>&1 || { echo "no FlashInfer in .whl/: run bash scripts/fetch_wheels.sh first" >&2; exit 1; }
+  cp .whl/flashinfer_python-*.whl "$wheels"/
+  for extra in nvidia_ml_py ninja nvidia_cudnn_frontend; do cp .whl/$extra-*.whl "$wheels"/ 2>/dev/null || true; done
   # antlr4-python3-runtime (Hydra's parser) has no wheel on PyPI: build one (pure Python), as fetch_wheels.sh does
   ls "$wheels"/antlr4_python3_runtime-4.9.3-*.whl >/dev/null 2>&1 || \
     python3 -m pip wheel -q --no-deps -w "$wheels" 'antlr4-python3-runtime==4.9.3' || exit 1
