@@ -134,6 +134,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from evoteam.process_exit import run
+    from evoteam import process_exit
 
-    run(main)
+    process_exit.run(main)

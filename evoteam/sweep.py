@@ -376,6 +376,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from evoteam.process_exit import run
+    from evoteam import process_exit
 
-    run(main)
+    process_exit.run(main)

@@ -28,7 +28,7 @@ def _module(path: Path) -> str:
 # Lowest first. A module belongs to the layer of its longest matching prefix.
 LAYERS = (
     ("core", ("evoteam", "evoteam.errors", "evoteam.outputs", "evoteam.resources", "evoteam.schema", "evoteam.blobs", "evoteam.tolerance", "evoteam.dataset", "evoteam.hardware",
-              "evoteam.triton_interpreter", "evoteam.task")),
+              "evoteam.triton_interpreter", "evoteam.task", "evoteam.process_exit")),
     ("harness", ("evoteam.harness",)),
     ("services", ("evoteam.llm", "evoteam.families", "evoteam.report", "evoteam.uncertainty", "evoteam.trace_writer",
                   "evoteam.tracking.store", "evoteam.tracking.plots", "evoteam.target")),

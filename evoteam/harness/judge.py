@@ -987,6 +987,6 @@ def judge_main(request_path: str, progress_path: str) -> int:
 
 
 if __name__ == "__main__":
-    from evoteam.process_exit import run
+    from evoteam import process_exit
 
-    run(judge_main, sys.argv[1], sys.argv[2])
+    process_exit.run(judge_main, sys.argv[1], sys.argv[2])

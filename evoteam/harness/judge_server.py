@@ -327,6 +327,6 @@ def serve(fd: int) -> int:
 
 
 if __name__ == "__main__":
-    from evoteam.process_exit import run
+    from evoteam import process_exit
 
-    run(serve, int(sys.argv[1]))
+    process_exit.run(serve, int(sys.argv[1]))

@@ -235,6 +235,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from evoteam.process_exit import run
+    from evoteam import process_exit
 
-    run(main)
+    process_exit.run(main)
