@@ -70,10 +70,10 @@ def seed_kernel(task):
 
 
 # Files whose module-scoped fixtures are costly (a finished run, a sweep, an MLflow server, a Ray cluster, the
-# container engine, a built wheel): under pytest-xdist (`make test` runs -n auto --dist loadgroup) each of these
+# container engine, a built wheel, a compiled C++ solution): under pytest-xdist (`make test` runs -n auto --dist loadgroup) each of these
 # files runs whole on one worker, so its fixture is made once; every other test goes to whichever worker is free.
 ONE_WORKER_FILES = ("test_mainjob.py", "test_tracking.py", "test_mlflow_server.py", "test_ray.py",
-                    "test_container_executor.py", "test_install.py", "test_screenshots.py")
+                    "test_container_executor.py", "test_install.py", "test_screenshots.py", "test_languages.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

@@ -47,9 +47,20 @@ def uuids():
     return [w.uuid for w in TASK.scaled_workloads("small")]
 
 
+@pytest.fixture(scope="module")
+def build_cache(tmp_path_factory):
+    """One cache folder for the tests that build the C++ solution of SOURCE: the first test compiles it there (and proves that
+    it did, and that the second evaluation loads it); the team member's draft of the same sources then loads that
+    build, as a later evaluation of a run would (a compile of torch's headers is about 30 CPU-s). tests/conftest.py
+    keeps this file on one worker, in this order."""
+    return tmp_path_factory.mktemp("cpp-cache")
+
+
 @needs_compiler
-def test_a_cpp_solution_compiles_in_the_sandbox_passes_and_is_timed(tmp_path, uuids, monkeypatch):
-    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path / "cache"))
+def test_a_cpp_solution_compiles_in_the_sandbox_passes_and_is_timed(tmp_path, uuids, monkeypatch, build_cache):
+    cache = build_cache
+    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(cache))
+    assert not list(cache.rglob("*.so"))  # first: nothing built yet
     path = _solution(tmp_path, "mla_cpp")
     started = time.monotonic()
     first = evaluate(_request(path, uuids[:1] + uuids[2:3]), timeout_s=900)
@@ -57,13 +68,13 @@ def test_a_cpp_solution_compiles_in_the_sandbox_passes_and_is_timed(tmp_path, uu
     assert [r.status for r in first.results] == [Status.PASSED, Status.PASSED], first.log_tail[-3000:]
     assert all(r.speedup and r.calls_checked > 3 for r in first.results)
     assert first.sandbox.get("tool") == "bubblewrap"  # built and run in the same sandbox as Python candidates
-    built = list((tmp_path / "cache").rglob("*.so"))
+    built = list(cache.rglob("*.so"))
     assert len(built) == 1, built  # compiled into the cache of these exact sources
     started = time.monotonic()
     again = evaluate(_request(path, uuids[:1]), timeout_s=900)
     assert again.results[0].status == Status.PASSED
     assert time.monotonic() - started < first_s / 2  # loaded from the cache, not compiled again
-    assert list((tmp_path / "cache").rglob("*.so")) == built
+    assert list(cache.rglob("*.so")) == built
 
 
 @needs_compiler
@@ -105,26 +116,30 @@ def test_a_language_the_target_does_not_build_is_refused_by_its_spec_sheet(tmp_p
 
 
 @needs_compiler
-def test_a_team_member_writes_and_runs_a_cpp_kernel_through_its_tools(tmp_path, uuids, monkeypatch):
+def test_a_team_member_writes_and_runs_a_cpp_kernel_through_its_tools(tmp_path, uuids, monkeypatch, build_cache):
     """The agents' write tool takes the language from the file's suffix: a .cpp draft is compiled and checked
     by the harness, its attempt keeps its suffix (kernel.cpp) for the final measurement and the solution files,
     and a suffix that names no language is refused."""
-    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(build_cache))
+    source = SOURCE.replace("  // PLANTED\n", "")  # the text _solution() writes: the same sources, the same build
+    built_before = sorted(build_cache.rglob("*.so"))  # the solution file's build of these sources, where it ran first
     settings = HarnessSettings.for_run("mla_decode", "cpu", "small", warmup=0, reps=2, all_workloads=uuids,
                                        probe_workloads=uuids[:1])
     ledger = Ledger(token_budget=1000, max_evaluations=5, max_wall_time_s=3600, max_output_tokens=100)
     workspace = Workspace(tmp_path / "workspace")
     role = RoleSpec(name="coder", kind="generalist", model="offline")
     toolbox = Toolbox(workspace, settings, ledger, "t1", role)
-    assert toolbox.write_kernel("v1.txt", SOURCE).startswith("error: v1.txt: the suffix names the language")
-    assert "compiled with the target's compiler" in toolbox.write_kernel("v1.cpp", SOURCE)
+    assert toolbox.write_kernel("v1.txt", source).startswith("error: v1.txt: the suffix names the language")
+    assert "compiled with the target's compiler" in toolbox.write_kernel("v1.cpp", source)
     reply = toolbox.run_check("v1.cpp")
     assert reply.startswith("check 0001-") and "PASSED" in reply.splitlines()[0], reply
     (attempt,) = workspace.attempts
     assert workspace.kernel_path(attempt.attempt_id).name == "kernel.cpp"
-    assert workspace.kernel_path(attempt.attempt_id).read_text() == SOURCE
+    assert workspace.kernel_path(attempt.attempt_id).read_text() == source
+    if built_before:  # the draft's sources are the solution's: its build was loaded, not compiled again
+        assert sorted(build_cache.rglob("*.so")) == built_before
     # the same text as Python is another kernel, not an answer from the journal
-    toolbox.drafts["v1.py"] = SOURCE
+    toolbox.drafts["v1.py"] = source
     toolbox.run_check("v1.py")
     assert len(workspace.attempts) == 2 and ledger.evaluations == 2
     assert workspace.attempts[1].status != "PASSED" and workspace.kernel_path(workspace.attempts[1].attempt_id).suffix == ".py"
