@@ -5,7 +5,8 @@ tearing its modules down and collecting their objects (2-core VM, 2026-12-06: `p
 mlflow, evoteam.harness.judge"` 4.0-4.6 s, ending with os._exit 2.8-3.4 s). Nothing in that teardown is the
 command's work: what must happen at the end (non-daemon threads finished, atexit callbacks such as MLflow's flush
 and the judge servers' closing, buffered output written) happens here first, in the interpreter's own order; then
-the process ends. Each command's `if __name__ == "__main__"` calls `run(main, ...)`.
+the process ends. Each command's `if __name__ == "__main__"` calls `run(main, ...)`; a judge forked by the judge
+server ends through `exit_now` too.
 """
 
 from __future__ import annotations

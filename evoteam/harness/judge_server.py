@@ -261,14 +261,10 @@ def _judge_child(sock: socket.socket, request: dict) -> None:
         traceback.print_exc()
         code = 1
     finally:
-        try:
-            import atexit
+        # as every command ends (its atexit callbacks and output first), never back into the server's loop
+        from evoteam import process_exit
 
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        process_exit.exit_now(code)
 
 
 def serve(fd: int) -> int:
