@@ -78,6 +78,21 @@ def test_a_cpp_solution_compiles_in_the_sandbox_passes_and_is_timed(tmp_path, uu
 
 
 @needs_compiler
+def test_a_build_killed_midway_does_not_hold_up_the_next_evaluation(tmp_path, uuids, monkeypatch, build_cache):
+    """A runner killed while it built (a timeout, Ctrl-C, a lost node) leaves torch's lock file in the build folder;
+    torch's loader then waited for it forever, and an honest candidate timed out (the H100, 2026-12-06). The next
+    evaluation of the same sources builds, or loads, as if it were not there."""
+    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(build_cache))
+    (folder,) = [p for p in build_cache.rglob("torch_extensions/*") if p.is_dir()]  # the first test's build
+    (folder / "lock").touch()  # what the killed builder left
+    started = time.monotonic()
+    result = evaluate(_request(_solution(tmp_path, "mla_cpp"), uuids[:1]), timeout_s=240)
+    assert result.results[0].status == Status.PASSED, (result.results[0].detail, result.log_tail[-2000:])
+    assert time.monotonic() - started < 200
+    assert not (folder / "lock").exists()
+
+
+@needs_compiler
 def test_a_compile_error_and_a_runtime_fault_are_recorded_as_such(tmp_path, uuids, monkeypatch):
     monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path / "cache"))
     # a header that is not there: the compiler stops at once (an error in the body came after ~10 CPU-s of torch's

@@ -13,7 +13,9 @@ task nor its reference.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import fcntl
 import importlib.util
 import os
 import sys
@@ -256,12 +258,23 @@ class Runner:
         build = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(root, ".."), "torch_extensions",
                              msg["name"])
         os.makedirs(build, exist_ok=True)
+        # One builder of these sources at a time, by a lock the kernel drops when its holder dies. torch's own lock
+        # (build/lock, a file made with O_EXCL and removed by its builder) outlives a runner killed mid-build (a
+        # timeout, Ctrl-C, a lost node): every later load() of the folder then waited for it forever. On the H100
+        # (2026-12-06) an honest CUDA candidate timed out in two later calls behind a lock left by a cut one. Under
+        # the flock no live builder holds torch's lock, so one found there is stale.
+        guard = os.open(os.path.join(build, ".evoteam-build.lock"), os.O_CREAT | os.O_RDWR, 0o600)
         try:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(build, "lock"))
             ext = load(name=msg["name"], sources=[os.path.join(root, p) for p in msg["compile"]],
                        extra_include_paths=[root], with_cuda=msg["language"] == "cuda", build_directory=build,
                        verbose=False)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the compiler's verdict on the candidate
             return {"ok": False, "status": "compile_error", "detail": _compiler_detail(exc)}
+        finally:
+            os.close(guard)  # and with it the flock
         fn = getattr(ext, msg["entry"], None)
         if not callable(fn):
             return {"ok": False, "status": "compile_error",
