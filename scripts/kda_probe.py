@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     row[f"{out}_rel_err"] = ((a - b).norm() / b.norm()).item()
             rows.append(row)
             launches = "  ".join(f"{k.removeprefix('void ')[:32]} {v:.0f}" for k, v in sorted(per.items()))
-            errs = (f"  err o {row['o_rel_err']:.1e} state {row['final_state_rel_err']:.1e}"
+            errs = (f"  err o {row['output_rel_err']:.1e} state {row['final_state_rel_err']:.1e}"
                     if ref is not None else "")
             print(f"{row['workload']} {row['shape'][:40]:40} {name[:40]:40} first {first_s:5.1f} s  host "
                   f"{row['host_us']:6.1f}  events {row['events_us']:7.1f}  graph {row['graph_us']:7.1f} us  "
