@@ -54,8 +54,9 @@ def test_flashdecode_passes_the_checker(tmp_path, point):
     for i, w in enumerate(MLA_SMALL):
         result = check_kernel(MLA, w, module.run, trials=3, seed=5100 + i, device="cpu")
         assert result.passed, f"{w.uuid[:8]} at {module.PARAMS}: {result.summary()}"
-        # bf16 partials (PARTIALS_DTYPE) put the output's error at FlashInfer's (1.8-2.8e-3 on the H200)
-        assert result.errors["output"].rel_norm < 3.5e-3 and result.errors["lse"].rel_norm < 1e-5
+        # fp32 partials (PARTIALS_DTYPE): one rounding to bf16, at the end (bf16 partials took it to 2.2-2.8e-3, and
+        # an element now and then past flashinfer-bench's tolerance on the H100)
+        assert result.errors["output"].rel_norm < 2e-3 and result.errors["lse"].rel_norm < 1e-5
 
 
 def edge_inputs(lengths, seed=11, num_pages=900):

@@ -126,13 +126,14 @@ COMBINE_TILE = 2048  # elements of the merge kernel's [pieces, heads, columns] t
 COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its piece
 CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for PROGRAMS_PER_SM
 LAST_MAX_PIECES = 8  # batch 1 cut into more pieces than this merges in a merge kernel even at COMBINE "last"
-# The pieces' normalised outputs in the workspace: bf16 halves the partials' stores and the merges'
-# loads (~32 KB -> 16 KB per piece, through L2) and adds one bf16 rounding (relative 2^-9) before the
-# merge's fp32 sum. Measured side by side (H200, graph replay, 2026-12-01): 0.1-0.9 us less per call
-# than fp32 on six "peers" shapes, output error against the fp32 reference 2.2-2.8e-3 (fp32 partials
-# 0.7-1.1e-3, FlashInfer 1.8-2.8e-3). fp16 was as fast and kept 1.0-1.2e-3, but overflows past 65504,
-# which a bf16 KV cache can hold.
-PARTIALS_DTYPE = torch.bfloat16
+# The pieces' normalised outputs in the workspace, in fp32. bf16 (v1.7, 2026-12-01) saved 0.2-0.9 us per call on six
+# "peers" shapes (H200, graph replay) by halving the partials' stores and the merges' loads, but its extra rounding
+# before the merge put some elements a whole bf16 step off before the last rounding: on the H100 (2026-12-06) the
+# champion failed flashinfer-bench's rule on one element in two of five 47-workload runs (45be562f: 1.0078 for
+# 0.9961; 60b29b12: 1.3906 for 1.4063). scripts/mla_partials_error.py emulates the arithmetic: over 600 requests of
+# 45be562f's shape, 14 elements more than a step off with bf16 partials, none past 3/4 of a step with fp32.
+# fp16 keeps 2^-12 but overflows past 65504, which a bf16 KV cache can hold.
+PARTIALS_DTYPE = torch.float32
 
 _MULTIPROCESSORS = {}
 _WORKSPACE = {}
