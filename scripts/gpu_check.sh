@@ -22,6 +22,9 @@ out=${1:?give an output folder}; shift
 parts=${*:-controls redteam kda aa mla mainjob}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# OUT packed beside itself after every part unless PACK names another file (PACK= empty: not packed): a device call
+# returns at most eight files (on 2026-12-06 a call's summary and logs stayed behind), and this one file comes first
+PACK=${PACK-$out.tgz}
 start=$SECONDS
 . "$(dirname "$0")/device_env.sh"
 use_wheels flashinfer fla mlflow hydra || exit 1
@@ -45,7 +48,7 @@ python3 -m evoteam.sweep --build kernels/mla_decode/champion_h200.json --emit-ke
   || { echo "cannot build the MLA champion (see $out/build.log)"; exit 1; }
 
 part() {  # part NAME SECONDS CMD...: one part under its timeout (LIMIT_<NAME> overrides it), its log in OUT/NAME.log,
-          # its wall in walls.txt; PACK=FILE.tgz: OUT packed there after every part (what a cut call still returns)
+          # its wall in walls.txt; OUT packed into PACK (default OUT.tgz) after every part (what a cut call still returns)
   local name=$1 limit=$2 t0=$SECONDS rc var="LIMIT_$1"
   limit=${!var:-$limit}
   shift 2
