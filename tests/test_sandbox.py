@@ -57,7 +57,7 @@ def _available():
         pytest.skip("no sandbox here: " + "; ".join(caps.missing()))
 
 
-def test_what_a_sandboxed_process_sees_and_can_do(tmp_path):
+def test_what_a_sandboxed_process_sees_and_can_do(tmp_path, monkeypatch):
     _available()
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -74,6 +74,8 @@ def test_what_a_sandboxed_process_sees_and_can_do(tmp_path):
     spec = SandboxSpec(scratch=scratch, cache=cache, candidate=candidate, device="cpu", memory_bytes=2 << 30,
                        max_pids=64)
     os.environ["EVOTEAM_TEST_SECRET"] = "the judge's"
+    # a device setting the baseline's trusted runner inherits with the judge's environment: the candidate's sees it too
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     proc = SandboxedProcess([sys.executable, "-c", PROBE, str(REPO / "evoteam"), str(REPO), str(port), token],
                             spec, [], tmp_path / "log.txt")
     assert proc.proc.wait(timeout=60) == 0, proc.logs()
@@ -92,6 +94,7 @@ def test_what_a_sandboxed_process_sees_and_can_do(tmp_path):
     assert seen["cgroup_tree"] == [] and set(seen["host_counters"].values()) <= {0}, seen
     assert "cpu weight" in proc.record["cgroup"] or "no cpu" in proc.record["cgroup"], proc.record
     assert "EVOTEAM_TEST_SECRET" not in seen["env_keys"] and seen["home"] == "/scratch/home"
+    assert "PYTORCH_CUDA_ALLOC_CONF" in seen["env_keys"]
     assert not (REPO / "probe.txt").exists() and not (REPO / "evoteam" / "probe.txt").exists()
     proc.close()  # ends what the runner left: the detached grandchild too
     time.sleep(0.3)

@@ -508,12 +508,20 @@ def _tool_dirs() -> list[str]:
     return dirs + [d for d in dict.fromkeys(found) if d not in dirs]
 
 
+# How the device runs work: allocator, module loading, device order. The baseline's trusted runner inherits the judge's
+# whole environment, so a candidate's runner gets these too: a setting one side alone had would time the two under
+# different conditions (or, for the device order, name another GPU by the same index).
+DEVICE_SETTINGS = ("CUDA_DEVICE_ORDER", "CUDA_MODULE_LOADING", "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF",
+                   "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
 def runner_env(spec_env: dict[str, str], device: str, inside: bool) -> dict[str, str]:
-    """A clean environment: nothing of the judge's but what Python, CUDA and Triton need."""
+    """A clean environment: nothing of the judge's but what Python, CUDA and Triton need, and the device settings
+    both sides share (DEVICE_SETTINGS)."""
     scratch = "/scratch" if inside else None
     env = {"PATH": ":".join(_tool_dirs()), "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": str(PACKAGE_DIR.parent), "LANG": "C.UTF-8"}
-    for key in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
+    for key in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", *DEVICE_SETTINGS):
         if os.environ.get(key):
             env[key] = os.environ[key]
     extra_paths = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and os.path.realpath(p) !=
