@@ -260,9 +260,10 @@ class Runner:
         os.makedirs(build, exist_ok=True)
         # One builder of these sources at a time, by a lock the kernel drops when its holder dies. torch's own lock
         # (build/lock, a file made with O_EXCL and removed by its builder) outlives a runner killed mid-build (a
-        # timeout, Ctrl-C, a lost node): every later load() of the folder then waited for it forever. On the H100
-        # (2026-12-06) an honest CUDA candidate timed out in two later calls behind a lock left by a cut one. Under
-        # the flock no live builder holds torch's lock, so one found there is stale.
+        # timeout, Ctrl-C, a lost node): every later load() of the folder then waited for it until the load limit. On
+        # the H100 (2026-12-06) an honest CUDA candidate waited so through three later device calls, behind a lock
+        # that a cut call had left in the carried cache. Under the flock no live builder holds torch's lock, so one
+        # found there is stale.
         guard = os.open(os.path.join(build, ".evoteam-build.lock"), os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(guard, fcntl.LOCK_EX)
