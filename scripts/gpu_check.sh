@@ -40,8 +40,9 @@ trap 'tar czf "$out/cache.tgz" -C /tmp --exclude="*.db" gpu-check-cache gpu-chec
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files"
-  # the host's GPU-facing settings: the baseline's trusted runner inherits them, a candidate's runner does not (a
-  # lead for the A/A offset on 53a7dfec: the same SASS on both sides, 2026-12-06)
+  # the host's GPU-facing settings: the baseline's trusted runner inherits all of them, a candidate's runner only
+  # evoteam/harness/sandbox.py's DEVICE_SETTINGS (a lead for the A/A offset on 53a7dfec: the same SASS on both
+  # sides, 2026-12-06)
   echo "environment:"; env | grep -E '^(CUDA|PYTORCH|TORCH|TRITON|NCCL|NVIDIA|CUBLAS|LD_)' | sort | sed 's/^/  /'
 } > "$out/machine.txt" 2>&1
 cat "$out/machine.txt"
