@@ -81,8 +81,8 @@ def test_a_cpp_solution_compiles_in_the_sandbox_passes_and_is_timed(tmp_path, uu
 def test_a_build_killed_midway_does_not_hold_up_the_next_evaluation(tmp_path, uuids, monkeypatch, build_cache):
     """A runner killed while it built (a timeout, Ctrl-C, a lost node) leaves torch's lock file in the build folder;
     torch's loader then waited for it up to the runner's load limit (an honest CUDA candidate, on the H100 through
-    three device calls, 2026-12-06). The next
-    evaluation of the same sources builds, or loads, as if it were not there."""
+    three device calls, 2026-12-06). The next evaluation of the same sources builds, or loads, as if it were not
+    there."""
     monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(build_cache))
     (folder,) = [p for p in build_cache.rglob("torch_extensions/*") if p.is_dir()]  # the first test's build
     (folder / "lock").touch()  # what the killed builder left
