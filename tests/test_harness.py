@@ -380,6 +380,21 @@ def test_a_runner_cannot_choose_its_own_verdict(tmp_path, small_uuids):
     assert "no work at all" in result.results[0].detail
 
 
+def test_a_message_the_runner_was_not_asked_for_is_caught(tmp_path, small_uuids):
+    """The red team's forge_done_message (a forged "done" sent on the runner's channel before the call) is honest
+    work otherwise. On an H100 (2026-12-06) it PASSED: the forgery was read as the answer, the real answer as the
+    next message's, and the judge never noticed; on a CPU only the case's slow, idle path was flagged. Every answer
+    now carries its message's number: here, with the correct candidate's work after the forgery, only that check
+    can catch it."""
+    forge = ("    import sys as _sys\n    frame = _sys._getframe()\n    while frame is not None:\n"
+             "        me = frame.f_locals.get('self')\n        if type(me).__name__ == 'Runner':\n"
+             "            me.channel.send({'ok': True})\n            break\n        frame = frame.f_back\n")
+    (tmp_path / "forges_done.py").write_text(variant("sends a forged answer, then computes honestly", "", forge))
+    result = evaluate(_request("forges_done.py", small_uuids[:2], tmp_path, static_scan=False), timeout_s=180)
+    for r in result.results:
+        assert r.status == Status.FLAGGED and "out of turn" in r.detail, (r.status, r.detail)
+
+
 def test_work_a_cpu_candidates_thread_does_on_new_inputs_before_its_call_is_counted(tmp_path, small_uuids):
     """On a CPU target the judge writes a batch's inputs and fills the caches (2.5-6.5 ms on CI's machine) before
     the candidate's CPU time starts to count: a thread of the candidate that watched its input buffers could work

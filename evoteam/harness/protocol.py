@@ -1,6 +1,8 @@
 """Messages between the judge and a runner: length-prefixed JSON over a Unix socket, file
 descriptors attached with SCM_RIGHTS. The runner's answers steer the conversation only: no time is ever
-taken from them, and a failure they report reads only as one a runner may have (runners.claimed_failure)."""
+taken from them, and a failure they report reads only as one a runner may have (runners.claimed_failure). Each
+message the judge sends carries a number (`turn`) that its one answer repeats: an answer out of turn is a runner
+that tampered with the protocol (runners.RunnerHandle.receive)."""
 
 from __future__ import annotations
 

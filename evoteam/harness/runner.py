@@ -169,7 +169,7 @@ class Runner:
                 if watched:
                     faulthandler.cancel_dump_traceback_later()
             try:
-                self.channel.send(reply)
+                self.channel.send({**reply, "turn": msg.get("turn")})  # the judge matches each answer to its message
             except ChannelClosed:
                 return
             if op == "exit" or reply.get("fatal"):

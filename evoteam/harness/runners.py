@@ -65,6 +65,7 @@ class RunnerHandle:
         self.record = self.process.record
         self.dead = False
         self.frozen = False
+        self.turn = 0  # the number of the last message sent: its answer must carry it (receive)
 
     # ------------------------------------------------------------------ running or not
     def freeze(self) -> None:
@@ -89,8 +90,9 @@ class RunnerHandle:
     def send(self, message: dict, fds: list[int] | tuple[int, ...] = ()) -> None:
         """A message to the runner (thawed first: a frozen runner cannot read it)."""
         self.thaw()
+        self.turn += 1
         try:
-            self.channel.send(message, fds)
+            self.channel.send({**message, "turn": self.turn}, fds)
         except ChannelClosed:
             raise self._death() from None
 
@@ -105,6 +107,17 @@ class RunnerHandle:
             raise self._death() from None
         for fd in extra:
             os.close(fd)
+        if reply.get("turn") != self.turn:
+            # One answer per message, carrying the message's number (the runner's serve loop copies it). Anything
+            # else was sent by code in the runner's process other than that loop: the candidate forging a message
+            # (the red team's forge_done_message, 2026-12-06: on the GPU its forged "done" shifted every later
+            # answer by one and went unseen), or a second answer to one message. The judge takes nothing from an
+            # answer but steering, so this is no verdict of speed; it is a runner that tampered with the protocol.
+            self.kill()
+            raise RunnerFault(Status.FLAGGED if self.kind == "candidate" else Status.HARNESS_ERROR,
+                              f"the {self.kind} runner answered out of turn (an answer marked {reply.get('turn')!r} "
+                              f"to message {self.turn}): a message its serve loop did not send, the protocol "
+                              f"tampered with")
         if reply.get("fatal"):
             self.kill()
             raise RunnerFault(claimed_failure(reply, Status.CRASH), reply.get("detail", "the runner stopped"))

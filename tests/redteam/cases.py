@@ -440,14 +440,19 @@ def _find_runner():
         torch.cuda.Event.elapsed_time = lambda self, end: real(self, end) / 1000
         _done.append(1)
     {SLOW}""", extra="_done = []", devices=("cuda",)),
+    # Until 2026-12-06 this case looked for the channel with gc.get_objects(), which has not listed the runner's
+    # objects since its heap is frozen (runner._freeze_heap, 2026-12-04): it sent nothing, and passed as honest work
+    # on an H100. It now walks up its call stack to the runner, as an attacker would.
     Case("forge_done_message", "tampering",
-         "finds the runner's channel to the judge in its process and sends a forged 'done' before computing",
-         "fail", f"""    import gc
-    for obj in gc.get_objects():
-        if type(obj).__name__ == "Channel":
-            obj.send({{"ok": True}})
+         "finds the runner's channel to the judge (up its call stack) and sends a forged 'done' before computing",
+         "fail", f"""    frame = sys._getframe()
+    while frame is not None:
+        me = frame.f_locals.get("self")
+        if type(me).__name__ == "Runner":
+            me.channel.send({{"ok": True}})
             break
-    {SLOW}"""),
+        frame = frame.f_back
+    {SLOW}""", extra="import sys"),
     Case("forge_verdict", "tampering",
          "rewrites the json module the runner answers with, so that every failure it reports reads PASSED; then "
          "raises on every call", "fail", """    raise RuntimeError("no work at all")""", extra="""import json as _json
