@@ -204,6 +204,15 @@ def test_own_kernel_names_prove_which_code_ran():
     flashkda_profile = ["void _flash_kda_fwd_prepare<Copy, 16, 128>(TmaDesc, float, int)",
                         "void _flash_kda_fwd_recurrence<Copy, 16, 128, 3>(TmaDesc)", "void at::native::copy_kernel"]
     assert baselines.own_kernels_ran(fk, flashkda_profile)[0]
+    # the same kernels as torch's profiler named them on an H100 (2026-12-06): mangled
+    mangled = ["_Z22_flash_kda_fwd_prepareIN4cute5tupleIJEEELi16ELi128EEv7TmaDescfi",
+               "_Z25_flash_kda_fwd_recurrenceIN4cute5tupleIJEEELi16ELi128ELi3EEv7TmaDesc",
+               "_flash_kda_build_tile_prefix(long, int)", "at::native::elementwise_kernel<128, 4>"]
+    assert baselines.own_kernels_ran(fk, mangled)[0]
+    assert not baselines.own_kernels_ran(fk, mangled[:1])[0]
+    # a length that is not the name's (a longer name ending in it) is another function
+    assert not baselines._kernel_matches("fwd_prepare", mangled[0])
+    assert not baselines._kernel_matches("_flash_kda_fwd_prepare", "_Z23x_flash_kda_fwd_prepareIiEvv")
     proven, account = baselines.own_kernels_ran(fla, flashkda_profile)  # fla's name, FlashKDA's kernels
     assert not proven and "chunk_gla_fwd_kernel_o" in account and "NOT" in account
     fla_profile = [*fla.kernel_names, "l2norm_fwd_kernel", "fused_beta_sigmoid_fwd_kernel"]

@@ -50,9 +50,14 @@ def _version(dist: str) -> str:
 
 
 def _kernel_matches(name: str, seen: str) -> bool:
-    """A profiler's kernel name is `name` itself (Triton), or a C++ signature with `name` as its function
-    (`void ns::name<...>(...)`); `recompute_w_u_fwd_kernel` does not match `recompute_w_u_fwd_kda_kernel`."""
-    return re.search(rf"(^|[\s:]){re.escape(name)}($|[<(\s])", seen) is not None
+    """A profiler's kernel name is `name` itself (Triton), a C++ signature with `name` as its function
+    (`void ns::name<...>(...)`), or that signature mangled, as torch's profiler on the H100 showed FlashKDA's
+    (2026-12-06: `_Z22_flash_kda_fwd_prepareIN4cute...`, the name after its length); `recompute_w_u_fwd_kernel` does
+    not match `recompute_w_u_fwd_kda_kernel`."""
+    if re.search(rf"(^|[\s:]){re.escape(name)}($|[<(\s])", seen):
+        return True
+    # Itanium mangling writes each name as <length><name>: the length bounds it at both ends
+    return seen.startswith("_Z") and re.search(rf"(?<![0-9]){len(name)}{re.escape(name)}", seen) is not None
 
 
 def own_kernels_ran(adapter: Baseline, seen: Iterable[str]) -> tuple[bool, str]:
