@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,8 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("kernels", nargs="*", help="kernel files (default: the MLA champion, built from its champion file)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if not args.kernels:
-        import tempfile
-
         from evoteam.families import load_champion
 
         built = Path(tempfile.mkdtemp(prefix="gather-")) / "champion_h200.py"
