@@ -54,8 +54,8 @@ def test_flashdecode_passes_the_checker(tmp_path, point):
     for i, w in enumerate(MLA_SMALL):
         result = check_kernel(MLA, w, module.run, trials=3, seed=5100 + i, device="cpu")
         assert result.passed, f"{w.uuid[:8]} at {module.PARAMS}: {result.summary()}"
-        # fp32 partials (PARTIALS_DTYPE): one rounding to bf16, at the end (bf16 partials took it to 2.2-2.8e-3, and
-        # an element now and then past flashinfer-bench's tolerance on the H100)
+        # fp16 (scaled) or fp32 partials (PARTIALS_DTYPE): bf16 partials took it to 2.2-2.8e-3, and an element now
+        # and then past flashinfer-bench's tolerance on the H100
         assert result.errors["output"].rel_norm < 2e-3 and result.errors["lse"].rel_norm < 1e-5
 
 
@@ -92,6 +92,28 @@ def test_flashdecode_edges(tmp_path, combine):
     chunk, n = pieces(module, np.concatenate(([0], np.cumsum(many))), module.PARAMS)
     assert len(many) > module.COUNT_B and max(n) >= 3
     check_against_reference(module, edge_inputs(many, seed=12), calls=1)
+
+
+@pytest.mark.parametrize("combine", ["last", "launch", "peers"])
+def test_partials_hold_outputs_past_what_fp16_holds(tmp_path, combine):
+    """The pieces' partial outputs are fp16 (PARTIALS_DTYPE), each head's row scaled by a power of two: a bf16 cache
+    with values of about 2^20 gives outputs past fp16's 65504, which unscaled fp16 partials would store as inf. The
+    three merges that read partials: the last piece's ("last"), the merge kernel's tile ("launch"), the pieces'
+    unrolled one ("peers"). q_nope is scaled down by the power of two that scales ckv up, so the logits are the same
+    and the output is exactly 2^20 times that of the unscaled inputs: it is checked against their reference."""
+    module = variant({"COMBINE": combine, "MIN_CHUNK_BLOCKS": 2}, tmp_path, f"big{combine}")
+    assert module.PARTIALS_DTYPE == torch.float16
+    lengths = [0, 300, 65, 7]
+    inputs = edge_inputs(lengths, seed=21)
+    assert max(pieces(module, inputs["kv_indptr"].numpy(), module.PARAMS)[1]) >= 3
+    ref = MLA.reference(inputs)
+    big = {**inputs, "ckv_cache": (inputs["ckv_cache"].float() * 2.0**20).bfloat16(),
+           "q_nope": (inputs["q_nope"].float() * 2.0**-20).bfloat16()}
+    output = torch.full((len(lengths), 16, 512), float("nan"), dtype=torch.bfloat16)
+    lse = torch.full((len(lengths), 16), float("nan"))
+    module.run(**big, output=output, lse=lse)
+    assert output.float().abs().max() > 65504 and torch.isfinite(output).all()
+    assert_matches_reference(ref, lengths, (output.float() * 2.0**-20).bfloat16(), lse)
 
 
 @pytest.mark.parametrize("length,count", [(400, 7), (700, 11)])

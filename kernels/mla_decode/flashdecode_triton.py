@@ -126,14 +126,17 @@ COMBINE_TILE = 2048  # elements of the merge kernel's [pieces, heads, columns] t
 COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its piece
 CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for PROGRAMS_PER_SM
 LAST_MAX_PIECES = 8  # batch 1 cut into more pieces than this merges in a merge kernel even at COMBINE "last"
-# The pieces' normalised outputs in the workspace, in fp32. bf16 (v1.7, 2026-12-01) saved 0.2-0.9 us per call on six
-# "peers" shapes (H200, graph replay) by halving the partials' stores and the merges' loads, but its extra rounding
-# before the merge put some elements a whole bf16 step off before the last rounding: on the H100 (2026-12-06) the
-# champion failed flashinfer-bench's rule on one element in two of five 47-workload runs (45be562f: 1.0078 for
-# 0.9961; 60b29b12: 1.3906 for 1.4063). scripts/mla_partials_error.py emulates the arithmetic: over 600 requests of
-# 45be562f's shape, 14 elements more than a step off with bf16 partials, none past 3/4 of a step with fp32.
-# fp16 keeps 2^-12 but overflows past 65504, which a bf16 KV cache can hold.
-PARTIALS_DTYPE = torch.float32
+# The pieces' normalised outputs in the workspace: fp16, each head's row scaled by a power of two (v1.10). bf16 (v1.7,
+# 2026-12-01) saved 0.2-0.9 us per call on six "peers" shapes (H200, graph replay) by halving the partials' stores and
+# the merges' loads, but its extra rounding before the merge put some elements a whole bf16 step off before the last
+# rounding: on the H100 (2026-12-06) the champion failed flashinfer-bench's rule on one element in two of five
+# 47-workload runs (45be562f: 1.0078 for 0.9961; 60b29b12: 1.3906 for 1.4063). fp32 (v1.9) removed that tail and cost
+# 3.3% of the time (H100, graph replay; 4.5% at batch 64). fp16 has 3 more bits than bf16 at the same bytes:
+# scripts/mla_partials_error.py (600 requests of 45be562f's shape) puts bf16 at 14 elements more than a step off
+# before the last rounding, fp16 and fp32 at none past 3/4 of a step. fp16 alone overflows past 65504, which a bf16
+# cache can hold, hence the scale (a power of two: exact), stored beside the lse. torch.float32 or torch.bfloat16 here
+# store unscaled.
+PARTIALS_DTYPE = torch.float16
 
 _MULTIPROCESSORS = {}
 _WORKSPACE = {}
@@ -157,6 +160,14 @@ def _as_element_of(ptr, x, INTERPRETED: tl.constexpr):
     else:
         y = x.to(ptr.dtype.element_ty)
     return y
+
+
+@triton.jit
+def _scaled(w, part_o_ptr, scale_ptrs, mask, CACHE: tl.constexpr):
+    """A piece's merge weight w, times its rows' scales where the partials are fp16 (stored beside the lse)."""
+    if part_o_ptr.dtype.element_ty == tl.float16:
+        w = w * tl.load(scale_ptrs, mask=mask, other=0.0, cache_modifier=CACHE)
+    return w
 
 
 @triton.jit
@@ -264,10 +275,18 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
             tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, piece_lse, mask=mask_h)
         else:  # one piece of a longer request: workspace slot pid (every piece is non-empty)
             slot = pid.to(tl.int64)
-            o_part = _as_element_of(part_o_ptr, o, INTERPRETED)
+            if part_o_ptr.dtype.element_ty == tl.float16:
+                # fp16 partials (v1.10): each head's row divided by a power of two at or above its largest
+                # magnitude, which goes beside its lse; fp16 alone overflows past 65504 (a bf16 cache can hold more)
+                amax = tl.max(tl.abs(o), axis=1)
+                scale = tl.exp2(tl.ceil(tl.log2(tl.where(amax > 0.0, amax, 1.0))))
+                o_part = (o / scale[:, None]).to(tl.float16)
+                tl.store(part_lse_ptr + slot * (2 * NUM_HEADS) + NUM_HEADS + offs_h, scale, mask=mask_h)
+            else:
+                o_part = _as_element_of(part_o_ptr, o, INTERPRETED)
             tl.store(part_o_ptr + slot * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :], o_part,
                      mask=mask_h[:, None])
-            tl.store(part_lse_ptr + slot * NUM_HEADS + offs_h, piece_lse, mask=mask_h)
+            tl.store(part_lse_ptr + slot * (2 * NUM_HEADS) + offs_h, piece_lse, mask=mask_h)
             if COUNT_DONE:
                 # Every thread's stores above come before the count (barrier, then a release by the
                 # atomic); a merge program's acquire of the full count orders its reads after them.
@@ -306,7 +325,7 @@ def _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, par
         for s_idx in range(first, first + n_pieces):
             s64 = zero64 + s_idx  # [BLOCK_H], all s_idx
             keep = mask_h & (s64 != slot)  # the program's own piece is in registers
-            lse_s = tl.load(part_lse_ptr + s64 * NUM_HEADS + offs_h, mask=keep,
+            lse_s = tl.load(part_lse_ptr + s64 * (2 * NUM_HEADS) + offs_h, mask=keep,
                             other=float("-inf"), cache_modifier=".cg")
             o_s = tl.load(part_o_ptr + s64[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
                           + offs_c[None, :], mask=keep[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
@@ -314,7 +333,8 @@ def _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, par
             m_new = tl.where(mask_h, m_new, 0.0)  # padded heads: keep everything finite
             alpha = tl.exp2(m - m_new)
             w = tl.exp2(lse_s - m_new)
-            acc = acc * alpha[:, None] + o_s * w[:, None]
+            ws = _scaled(w, part_o_ptr, part_lse_ptr + s64 * (2 * NUM_HEADS) + NUM_HEADS + offs_h, keep, ".cg")
+            acc = acc * alpha[:, None] + o_s * ws[:, None]
             l_sum = l_sum * alpha + w
             m = m_new
         _store_merged(b, 0, acc, m, l_sum, offs_h, mask_h, offs_c, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
@@ -447,7 +467,7 @@ def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_
     for s0 in range(first, last + 1, COMBINE_S):
         slot = (s0 + offs_s).to(tl.int64)
         valid = (slot <= last)[:, None] & mask_h[None, :]
-        piece_lse = tl.load(part_lse_ptr + slot[:, None] * NUM_HEADS + offs_h[None, :], mask=valid,
+        piece_lse = tl.load(part_lse_ptr + slot[:, None] * (2 * NUM_HEADS) + offs_h[None, :], mask=valid,
                             other=float("-inf"), cache_modifier=CACHE)  # [S, H]
         o = tl.load(part_o_ptr + slot[:, None, None] * (NUM_HEADS * D_CKV) + offs_h[None, :, None] * D_CKV
                     + offs_d[None, None, :], mask=valid[:, :, None], other=0.0,
@@ -457,7 +477,9 @@ def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_
         alpha = tl.exp2(m - m_new)
         w = tl.exp2(piece_lse - m_new[None, :])  # [S, H], 0 where masked
         l_sum = l_sum * alpha + tl.sum(w, axis=0)
-        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, axis=0)
+        ws = _scaled(w, part_o_ptr, part_lse_ptr + slot[:, None] * (2 * NUM_HEADS) + NUM_HEADS + offs_h[None, :],
+                     valid, CACHE)
+        acc = acc * alpha[:, None] + tl.sum(ws[:, :, None] * o, axis=0)
         m = m_new
     _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
 
@@ -490,7 +512,7 @@ def _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_p
         for i in tl.static_range(COMBINE_S):
             slot = zero64 + (s0 + i)  # [BLOCK_H], all the slot's number
             valid = mask_h & (slot <= last)
-            lse_s = tl.load(part_lse_ptr + slot * NUM_HEADS + offs_h, mask=valid, other=float("-inf"),
+            lse_s = tl.load(part_lse_ptr + slot * (2 * NUM_HEADS) + offs_h, mask=valid, other=float("-inf"),
                             cache_modifier=CACHE)
             m_new = tl.maximum(m_new, lse_s)
         m_new = tl.where(mask_h, m_new, 0.0)  # finite for real heads (the first slot is a piece)
@@ -500,14 +522,15 @@ def _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_p
         for i in tl.static_range(COMBINE_S):
             slot = zero64 + (s0 + i)
             valid = mask_h & (slot <= last)
-            lse_s = tl.load(part_lse_ptr + slot * NUM_HEADS + offs_h, mask=valid, other=float("-inf"),
+            lse_s = tl.load(part_lse_ptr + slot * (2 * NUM_HEADS) + offs_h, mask=valid, other=float("-inf"),
                             cache_modifier=CACHE)
             o_s = tl.load(part_o_ptr + slot[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
                           + offs_d[None, :], mask=valid[:, None], other=0.0,
                           cache_modifier=CACHE).to(tl.float32)
             w = tl.exp2(lse_s - m_new)  # 0 past the last piece
             l_sum += w
-            acc += o_s * w[:, None]
+            acc += o_s * _scaled(w, part_o_ptr, part_lse_ptr + slot * (2 * NUM_HEADS) + NUM_HEADS + offs_h, valid,
+                                 CACHE)[:, None]
         m = m_new
     _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
 
@@ -625,7 +648,8 @@ def _multiprocessors(device):
 
 
 def _workspace(device, slots, batch_size, num_heads, d_ckv):
-    """(part_o [slots, heads, d_ckv] PARTIALS_DTYPE, part_lse [slots, heads] fp32, counters [batch] int32 zeros,
+    """(part_o [slots, heads, d_ckv] PARTIALS_DTYPE, part_lse [slots, 2, heads] fp32 (each piece's lse, then its
+    rows' scales where the partials are fp16), counters [batch] int32 zeros,
     merge_done [batch] int32 zeros, generations [batch] int32), views of cached buffers. Sizes are
     rounded up to powers of two, so a handful of buffers serve every workload; none is ever freed or
     resized, so a CUDA graph that captured one keeps valid memory. The counters and merge_done are zero
@@ -636,7 +660,7 @@ def _workspace(device, slots, batch_size, num_heads, d_ckv):
     key = (str(device), cap, cap_b, num_heads, d_ckv)
     if key not in _WORKSPACE:
         _WORKSPACE[key] = (torch.empty((cap, num_heads, d_ckv), dtype=PARTIALS_DTYPE, device=device),
-                           torch.empty((cap, num_heads), dtype=torch.float32, device=device),
+                           torch.empty((cap, 2, num_heads), dtype=torch.float32, device=device),
                            torch.zeros((3, cap_b), dtype=torch.int32, device=device))
     part_o, part_lse, counters = _WORKSPACE[key]
     return (part_o[:slots], part_lse[:slots], counters[0, :batch_size], counters[1, :batch_size],
