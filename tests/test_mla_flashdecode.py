@@ -44,7 +44,8 @@ def pieces(module, kv_indptr, params):
     {"COMBINE": "launch", "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 4},
     {"COMBINE": "last", "MIN_CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 4, "num_warps": 8},
     {"COMBINE": "peers", "BLOCK_N": 16},  # tiles of 16 tokens: masked loads and merges at half the step
-], ids=["default", "launch", "last_min8", "peers_n16"])
+    {"COMBINE": "peers", "PARTIALS": "fp32"},  # unscaled partials (the champion's on batch 1)
+], ids=["default", "launch", "last_min8", "peers_n16", "peers_fp32"])
 def test_flashdecode_passes_the_checker(tmp_path, point):
     fam = family()
     module = variant(point, tmp_path, "_".join(f"{k}{v}" for k, v in point.items()) or "default")
@@ -102,7 +103,7 @@ def test_partials_hold_outputs_past_what_fp16_holds(tmp_path, combine):
     unrolled one ("peers"). q_nope is scaled down by the power of two that scales ckv up, so the logits are the same
     and the output is exactly 2^20 times that of the unscaled inputs: it is checked against their reference."""
     module = variant({"COMBINE": combine, "MIN_CHUNK_BLOCKS": 2}, tmp_path, f"big{combine}")
-    assert module.PARTIALS_DTYPE == torch.float16
+    assert module.PARAMS["PARTIALS"] == "fp16"
     lengths = [0, 300, 65, 7]
     inputs = edge_inputs(lengths, seed=21)
     assert max(pieces(module, inputs["kv_indptr"].numpy(), module.PARAMS)[1]) >= 3

@@ -24,7 +24,7 @@ as flash attention does). Each KV row is read once, for all heads. num_stages > 
 pipeliner keep the index loads and the next KV block in flight while the current one is used.
 
 A request in one piece is finished on the spot (bf16 output, lse). A piece of a longer request
-leaves its normalised output (PARTIALS_DTYPE) and base-2 lse in a workspace slot (its program id), then:
+leaves its normalised output (fp16 or fp32: PARTIALS) and base-2 lse in a workspace slot (its program id), then:
   COMBINE "last":   a ticket from an atomic counter per request (acq_rel, after a CTA barrier);
                     the program that draws the last ticket merges the request's pieces (its own from
                     registers, the others' read past L1) and resets the counter to 0 for the next call.
@@ -113,7 +113,9 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 #   FAST_LAUNCH       launch compiled kernels directly after the first call of a shape
 #   num_warps, num_stages   the main kernel's launch options
 #   maxnreg           the main kernel's register cap (None: Triton's choice), e.g. 128 for 2 CTAs of 8 warps per SM
-PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None}
+#   PARTIALS          the dtype of the pieces' partial outputs in the workspace: "fp16" (each head's row scaled by a
+#                     power of two) or "fp32" (_PARTIALS says why)
+PARAMS = {"BLOCK_N": 32, "MIN_CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 2, "COMBINE": "last", "FAST_LAUNCH": True, "num_warps": 4, "num_stages": 5, "maxnreg": None, "PARTIALS": "fp16"}
 
 # Points of the family's space by workload shape, set by python -m evoteam.sweep --build CHAMPION.json:
 #   [[{"batch_size": B, "num_kv_indices": N, ...}, {params}], ...]
@@ -126,17 +128,17 @@ COMBINE_TILE = 2048  # elements of the merge kernel's [pieces, heads, columns] t
 COUNT_B = 64  # kv_indptr entries scanned per step when a program looks for its piece
 CPU_MULTIPROCESSORS = 8  # what a CPU (the Triton interpreter) counts as, for PROGRAMS_PER_SM
 LAST_MAX_PIECES = 8  # batch 1 cut into more pieces than this merges in a merge kernel even at COMBINE "last"
-# The pieces' normalised outputs in the workspace: fp16, each head's row scaled by a power of two (v1.10). bf16 (v1.7,
-# 2026-12-01) saved 0.2-0.9 us per call on six "peers" shapes (H200, graph replay) by halving the partials' stores and
-# the merges' loads, but its extra rounding before the merge put some elements a whole bf16 step off before the last
-# rounding: on the H100 (2026-12-06) the champion failed flashinfer-bench's rule on one element in two of five
-# 47-workload runs (45be562f: 1.0078 for 0.9961; 60b29b12: 1.3906 for 1.4063). fp32 (v1.9) removed that tail and cost
-# 3.3% of the time (H100, graph replay; 4.5% at batch 64). fp16 has 3 more bits than bf16 at the same bytes:
-# scripts/mla_partials_error.py (600 requests of 45be562f's shape) puts bf16 at 14 elements more than a step off
-# before the last rounding, fp16 and fp32 at none past 3/4 of a step. fp16 alone overflows past 65504, which a bf16
-# cache can hold, hence the scale (a power of two: exact), stored beside the lse. torch.float32 or torch.bfloat16 here
-# store unscaled.
-PARTIALS_DTYPE = torch.float16
+# The pieces' normalised outputs in the workspace (PARAMS["PARTIALS"]). bf16 (v1.7, 2026-12-01) saved 0.2-0.9 us per
+# call on six "peers" shapes (H200, graph replay) by halving the partials' stores and the merges' loads, but its extra
+# rounding before the merge put some elements a whole bf16 step off before the last rounding: on the H100 (2026-12-06)
+# the champion failed flashinfer-bench's rule on one element in two of five 47-workload runs (45be562f: 1.0078 for
+# 0.9961; 60b29b12: 1.3906 for 1.4063). fp32 (v1.9) removed that tail and cost 3.3% of the time (H100, graph replay;
+# 4.5% at batch 64). fp16 has 3 more bits than bf16 at the same bytes: scripts/mla_partials_error.py (600 requests of
+# 45be562f's shape) puts bf16 at 14 elements more than a step off before the last rounding, fp16 and fp32 at none past
+# 3/4 of a step. fp16 alone overflows past 65504, which a bf16 cache can hold, hence the scale (a power of two: exact)
+# per head row, stored beside the lse; finding it is a reduction over the row, which a short piece pays for (v1.10 on
+# an H100, graph replay: batch 64 1.3-2.3% faster than fp32, a batch-1 request of 2708 tokens in 85 pieces 8% slower).
+_PARTIALS = {"fp16": torch.float16, "fp32": torch.float32}
 
 _MULTIPROCESSORS = {}
 _WORKSPACE = {}
@@ -647,8 +649,8 @@ def _multiprocessors(device):
     return _MULTIPROCESSORS[key]
 
 
-def _workspace(device, slots, batch_size, num_heads, d_ckv):
-    """(part_o [slots, heads, d_ckv] PARTIALS_DTYPE, part_lse [slots, 2, heads] fp32 (each piece's lse, then its
+def _workspace(device, slots, batch_size, num_heads, d_ckv, dtype):
+    """(part_o [slots, heads, d_ckv] in `dtype`, part_lse [slots, 2, heads] fp32 (each piece's lse, then its
     rows' scales where the partials are fp16), counters [batch] int32 zeros,
     merge_done [batch] int32 zeros, generations [batch] int32), views of cached buffers. Sizes are
     rounded up to powers of two, so a handful of buffers serve every workload; none is ever freed or
@@ -657,9 +659,9 @@ def _workspace(device, slots, batch_size, num_heads, d_ckv):
     ("ctas") or its last piece ("peers") resets them. A generation word only moves on ("peers")."""
     cap = triton.next_power_of_2(max(slots, 64))
     cap_b = triton.next_power_of_2(max(batch_size, 64))
-    key = (str(device), cap, cap_b, num_heads, d_ckv)
+    key = (str(device), cap, cap_b, num_heads, d_ckv, dtype)
     if key not in _WORKSPACE:
-        _WORKSPACE[key] = (torch.empty((cap, num_heads, d_ckv), dtype=PARTIALS_DTYPE, device=device),
+        _WORKSPACE[key] = (torch.empty((cap, num_heads, d_ckv), dtype=dtype, device=device),
                            torch.empty((cap, 2, num_heads), dtype=torch.float32, device=device),
                            torch.zeros((3, cap_b), dtype=torch.int32, device=device))
     part_o, part_lse, counters = _WORKSPACE[key]
@@ -776,7 +778,8 @@ def _make_plan(device, batch_size, num_heads, d_ckv, d_kpe, total, interpreted):
     pl = _Plan()
     pl.chunk, pl.programs, pl.single = chunk, programs, batch_size == 1
     pl.part_o, pl.part_lse, pl.counters, pl.merge_done, pl.generations = _workspace(device, programs, batch_size,
-                                                                                     num_heads, d_ckv)
+                                                                                     num_heads, d_ckv,
+                                                                                     _PARTIALS[p["PARTIALS"]])
     block_h = max(16, triton.next_power_of_2(num_heads))
     # One program reads all pieces of its request in the last-piece merge (~1 us per piece): a single
     # request in many pieces is merged by the merge kernel instead, whose programs share the work.
