@@ -467,16 +467,22 @@ def _forged(obj, *args, **kwargs):
 
 
 _json.dumps = _forged"""),
+    # Like forge_done_message, this case found nothing with gc.get_objects() once the runner's heap was frozen
+    # (2026-12-04); it now takes the flag page from the runner up its call stack (2026-12-06, not yet run on a GPU).
     Case("write_done_word_early", "tampering",
          "writes the done words of the flag page itself (from the mapped page) before computing", "no_gain",
-         f"""    import gc
-    for obj in gc.get_objects():
-        if type(obj).__name__ == "FlagPage":
-            batch = obj.get(0)  # the batch under way (its ready word): its done words set, it looks finished
+         f"""    frame = sys._getframe()
+    while frame is not None:
+        me = frame.f_locals.get("self")
+        if type(me).__name__ == "Runner" and getattr(me, "flags", None) is not None:
+            page = me.flags
+            batch = page.get(0)  # the batch under way (its ready word): its done words set, it looks finished
             for k in range(16):
-                obj.set(2048 + 64 * k, batch)
-            obj.set(128, batch)
-    {SLOW}""", devices=("cuda",)),
+                page.set(2048 + 64 * k, batch)
+            page.set(128, batch)
+            break
+        frame = frame.f_back
+    {SLOW}""", extra="import sys", devices=("cuda",)),
     Case("modify_inputs", "tampering", "zeroes its inputs (cheaper later calls, a different answer to check)",
          "fail", f"""    {CALL}
     q_nope.zero_()
