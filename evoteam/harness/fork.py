@@ -14,12 +14,14 @@ and it starts afresh in its sandbox. Never where this process holds a GPU contex
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -38,17 +40,19 @@ class ForkedProcess:
     def __init__(self, pid: int):
         self.pid = pid
         self.returncode: int | None = None
+        self._lock = threading.Lock()  # one reaper at a time, as Popen's
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere: gone either way
-                self.returncode = -signal.SIGKILL
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere: gone either way
+                    self.returncode = -signal.SIGKILL
+                    return self.returncode
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -100,11 +104,26 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str, log_path: Path, pas
         os._exit(code if isinstance(code, int) else 1)
 
 
+def _default_handlers() -> None:
+    """The signal handlers a started interpreter has: exec resets a caught signal to its default (the judge's SIGTERM
+    handler unwinds the judge; a runner just ends), and Python installs its own for SIGINT alone."""
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP and the like
+            pass
+
+
 def _become(log: int, *, env: dict[str, str], cwd: str, pass_fds: list[int], procs_files: list[str],
             cpus: frozenset[int] | None, limits: dict[int, int]) -> None:
     """In the child: what `sh -c "<prologue>; exec python -m ..."` of sandbox.SandboxedProcess would have set."""
+    # Everything inherited out of the collector's sight, never collected here: a cycle of the judge's that held a
+    # descriptor (a socket, a file) would else close, when collected, the number this child has since reused for
+    # its own (the channel, a buffer). The runner's own collections look only at what it made.
+    gc.freeze()
     os.setsid()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the judge's handler unwinds the judge; a runner just ends
+    _default_handlers()
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
@@ -131,6 +150,9 @@ def _become(log: int, *, env: dict[str, str], cwd: str, pass_fds: list[int], pro
                 os.close(fd)
             except OSError:  # the listing's own descriptor, closed already
                 pass
+    # fresh standard streams on the log: another thread of the judge's may have held the old ones' locks at the fork
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own, to its end
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
     os.chdir(cwd)
     sys.path[0] = cwd  # as `python -m` puts its working directory first
     os.environ.clear()
