@@ -7,6 +7,9 @@ starting it afresh: a new process per evaluation as before, with its own session
 environment and working directory, set up here as the shell prologue of sandbox.SandboxedProcess sets them up for a
 started one, then the module's `main(args)`, then its end (never back into the judge's code).
 
+A command's judge server is forked the same way from the command itself where nothing stands in the way
+(judge_server.prestart): 1.2 s of CPU less per main job.
+
 Never for a candidate: its runner must not share one page of the judge's memory (the secret, the inputs' copies),
 and it starts afresh in its sandbox. Never where this process holds a GPU context: a forked child cannot use it
 (the judge opens its context before its runners start), so a GPU target's baseline runner starts afresh as before.
@@ -14,6 +17,8 @@ and it starts afresh in its sandbox. Never where this process holds a GPU contex
 
 from __future__ import annotations
 
+import atexit
+import faulthandler
 import gc
 import importlib
 import os
@@ -34,8 +39,8 @@ def can_fork() -> bool:
 
 
 class ForkedProcess:
-    """The parent's handle on the child: what subprocess.Popen offers that the sandbox uses (pid, poll, wait,
-    returncode)."""
+    """The parent's handle on the child, as subprocess.Popen's (pid, returncode, poll, wait, send_signal, kill,
+    terminate)."""
 
     def __init__(self, pid: int):
         self.pid = pid
@@ -54,6 +59,16 @@ class ForkedProcess:
                     self.returncode = os.waitstatus_to_exitcode(status)
             return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
@@ -63,12 +78,14 @@ class ForkedProcess:
         return self.returncode  # type: ignore[return-value]
 
 
-def spawn(argv: list[str], *, env: dict[str, str], cwd: str, log_path: Path, pass_fds: list[int],
-          procs_files: list[str], cpus: frozenset[int] | None, limits: dict[int, int]) -> ForkedProcess:
+def spawn(argv: list[str], *, env: dict[str, str], cwd: str, log_path: Path | str, pass_fds: list[int],
+          procs_files: list[str] = (), cpus: frozenset[int] | None = None, limits: dict[int, int] | None = None,
+          stderr_to_log: bool = True, oom_first: bool = True) -> ForkedProcess:
     """Fork a child that becomes `argv` (`[python, "-m", module, *args]`, the module's `main(args)` returning its exit
-    code): in a session of its own, the out-of-memory killer's first choice, under `limits` (resource.RLIMIT_* to one
-    value, soft and hard), in every cgroup of `procs_files`, on `cpus`, with stdin from /dev/null, stdout and stderr
-    to `log_path`, only `pass_fds` of this process's descriptors, `env` alone and `cwd`."""
+    code): in a session of its own, the out-of-memory killer's first choice (`oom_first`), under `limits`
+    (resource.RLIMIT_* to one value, soft and hard), in every cgroup of `procs_files`, on `cpus`, with stdin from
+    /dev/null, stdout (and stderr, unless not `stderr_to_log`: then this process's) to `log_path`, only `pass_fds` of
+    this process's descriptors, `env` alone and `cwd`."""
     if len(argv) < 3 or argv[1] != "-m":
         raise ValueError(f"a forked process runs a module's main: [python, '-m', module, ...], not {argv}")
     module, args = argv[2], argv[3:]
@@ -84,7 +101,8 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str, log_path: Path, pas
         return ForkedProcess(pid)
     code = 127
     try:
-        _become(log, env=env, cwd=cwd, pass_fds=pass_fds, procs_files=procs_files, cpus=cpus, limits=limits)
+        _become(log, env=env, cwd=cwd, pass_fds=pass_fds, procs_files=procs_files, cpus=cpus, limits=limits or {},
+                stderr_to_log=stderr_to_log, oom_first=oom_first)
         sys.argv = [module, *args]
         code = importlib.import_module(module).main(args)
     except SystemExit as exc:
@@ -116,7 +134,7 @@ def _default_handlers() -> None:
 
 
 def _become(log: int, *, env: dict[str, str], cwd: str, pass_fds: list[int], procs_files: list[str],
-            cpus: frozenset[int] | None, limits: dict[int, int]) -> None:
+            cpus: frozenset[int] | None, limits: dict[int, int], stderr_to_log: bool, oom_first: bool) -> None:
     """In the child: what `sh -c "<prologue>; exec python -m ..."` of sandbox.SandboxedProcess would have set."""
     # Everything inherited out of the collector's sight, never collected here: a cycle of the judge's that held a
     # descriptor (a socket, a file) would else close, when collected, the number this child has since reused for
@@ -124,11 +142,15 @@ def _become(log: int, *, env: dict[str, str], cwd: str, pass_fds: list[int], pro
     gc.freeze()
     os.setsid()
     _default_handlers()
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
+    atexit._clear()  # the parent's exit callbacks are the parent's (an MLflow run's end, a server's closing)
+    if not env.get("PYTHONFAULTHANDLER"):
+        faulthandler.disable()  # the parent's (pytest's, say) writes to a descriptor closed below
+    if oom_first:
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
     for which, value in limits.items():
         try:
             resource.setrlimit(which, (value, value))
@@ -142,7 +164,8 @@ def _become(log: int, *, env: dict[str, str], cwd: str, pass_fds: list[int], pro
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)
-    os.dup2(log, 2)
+    if stderr_to_log:
+        os.dup2(log, 2)
     keep = {0, 1, 2, *pass_fds}
     for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
         if fd not in keep:  # the judge's sockets, buffers, flag page and CPU lock stay the judge's
