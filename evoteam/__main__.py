@@ -38,7 +38,7 @@ def _job(cfg: DictConfig) -> float | None:
 
     try:
         cli_errors.validate(cfg)
-        return mainjob.run(cfg)
+        return mainjob.run(cfg, command=True)
     except (UserError, KeyboardInterrupt) as exc:
         mainjob.remove_unstarted_run_dir(cfg)  # a run that never started leaves no folder behind
         if isinstance(exc, KeyboardInterrupt):

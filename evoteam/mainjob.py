@@ -177,7 +177,8 @@ def _new_run_dir(cfg: DictConfig) -> Path:
     return run_dir
 
 
-def run(cfg: DictConfig) -> float | None:
+def run(cfg: DictConfig, command: bool = False) -> float | None:
+    """The main job; `command`: this process is `python -m evoteam` itself (its judge server may be forked from it)."""
     from evoteam.team import presets
     from evoteam.team.brief import count_tokens, task_brief
     from evoteam.team.budget import Ledger
@@ -198,6 +199,8 @@ def run(cfg: DictConfig) -> float | None:
     if not target.hw.is_gpu:
         print(CPU_FIGURES, flush=True)
     _check_cli_agents(cfg)
+    if command:
+        _prestart_judge_server(target)
     from evoteam.team import inherit
 
     inheritance = None if run_dir else inherit.resolve(cfg.workspace.inherit, target.task, target.hw)
@@ -251,6 +254,17 @@ def run(cfg: DictConfig) -> float | None:
         llm.continue_after_checkpoint()
     _search(team_run, tracker, run_dir)
     return _final(team_run, target, tracker, run_dir)
+
+
+def _prestart_judge_server(target: Target) -> None:
+    """The judges' server forked now, where it can be (evoteam.harness.judge_server.fork_refusal: among others, no
+    thread runs yet; the tracker's and an LLM client's start below): 1.2 s of CPU less than a server started at the
+    first evaluation, which imports PyTorch and the harness again. Where it cannot, it starts then, as before. Only in
+    the command's own process: a caller of `run` (a test) may have patched the harness's modules."""
+    from evoteam.harness import judge_server
+
+    if target.executor.kind == "local" and judge_server.enabled() and judge_server.fork_refusal(sys.executable) is None:
+        judge_server.prestart()
 
 
 def _search(team_run, tracker, run_dir: Path) -> None:

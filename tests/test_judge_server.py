@@ -196,3 +196,35 @@ def test_a_forked_judge_runs_on_the_cpus_its_caller_may_use_at_its_request(uuid,
         os.sched_setaffinity(0, allowed)
     assert result.results[0].status == Status.PASSED, result.log_tail
     assert result.sandbox["cpus"].split(" ")[0] == str(min(allowed)), result.sandbox
+
+
+PRESTARTER = """
+import atexit, json, os, sys, threading
+import torch
+from evoteam.harness import judge_server
+from evoteam.harness.executor import LocalExecutor
+from evoteam.harness.model import EvalRequest
+atexit.register(lambda: open(sys.argv[2], "a").write(f"{os.getpid()}\\n"))  # the caller's, at its end alone
+judge_server.prestart()
+(server,) = judge_server.JudgeServer._servers.values()
+result = LocalExecutor()(EvalRequest(**json.loads(sys.argv[1])), timeout_s=120)
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+print(json.dumps({"pid": os.getpid(), "forked": server.forked, "status": result.results[0].status.value,
+                  "refusal": judge_server.fork_refusal(sys.executable),
+                  "cpu_build": torch.version.cuda is None and torch.version.hip is None}), flush=True)
+"""
+
+
+def test_a_command_forks_its_server_from_itself_where_nothing_stands_in_the_way(uuid, tmp_path):
+    """`python -m evoteam` forks its judge server from itself (judge_server.prestart): no second import of PyTorch and the
+    harness. Its judges evaluate as a started server's do, none of them runs the caller's exit callbacks, and a
+    caller with a thread running (or a GPU build of PyTorch) is refused: its server would start afresh."""
+    ended = tmp_path / "exit-callbacks.txt"
+    done = subprocess.run([sys.executable, "-c", PRESTARTER, json.dumps(dataclasses.asdict(_request(uuid))), str(ended)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "EVOTEAM_JUDGE_SERVER": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["status"] == "PASSED" and seen["forked"] == seen["cpu_build"], seen
+    assert seen["refusal"] == ("threads are running" if seen["cpu_build"] else "a GPU build of PyTorch"), seen
+    assert ended.read_text().split() == [str(seen["pid"])]  # not the server's, nor a judge's

@@ -3,6 +3,7 @@ can write, reach and leave behind."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -286,3 +287,46 @@ def test_a_runner_starts_on_the_judges_cpus_and_pin_holds_it_to_its_one(tmp_path
         assert len(pinned) >= 2 and all(cpus == {cpu} for cpus in pinned.values()), pinned
     finally:
         proc.close()
+
+
+def test_a_trusted_runner_forked_from_the_judge_gets_what_a_started_one_gets(tmp_path):
+    """The baseline's runner on a CPU target is forked from the judge (evoteam.harness.fork), not started afresh: it
+    still gets a session of its own, its cgroup and start CPUs, the out-of-memory killer's first choice, its log,
+    only the descriptors passed to it, the environment it was given, its scratch folder, a default SIGTERM; and its
+    exit code is its main's."""
+    _available()
+    import forked_probe  # noqa: F401 - imported already, as the judge has imported the runner's modules
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    held = os.open(tmp_path / "held.txt", os.O_CREAT | os.O_WRONLY)  # a descriptor of the judge's: not the runner's
+    parent, child = socket.socketpair()
+    passed = child.fileno()
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # the judge's handler: not the runner's
+    allowed = frozenset(os.sched_getaffinity(0))
+    spec = SandboxSpec(scratch=scratch, cache=None, candidate=None, device="cpu", memory_bytes=0, max_pids=64,
+                       trusted=True, fork=True, env={"EVOTEAM_PROBE": "1"}, cpus=frozenset({max(allowed)}),
+                       start_cpus=allowed)
+    report = tmp_path / "report.json"
+    try:
+        proc = SandboxedProcess([sys.executable, "-m", "forked_probe", str(report)], spec, [passed], tmp_path / "log.txt")
+        try:
+            assert proc.forked and proc.record["started"] == "forked from the judge"
+            assert proc.proc.wait(30) == 7
+            seen = json.loads(report.read_text())
+        finally:
+            proc.close()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        os.close(held)
+        parent.close()
+        child.close()
+    assert seen["pid"] == proc.proc.pid and seen["sid"] == seen["pid"]  # its own session
+    assert seen["cwd"] == str(scratch) and seen["env"]["EVOTEAM_PROBE"] == "1"
+    assert seen["env"]["PYTHONUNBUFFERED"] == "1" and seen["env"].get("PATH") == os.environ.get("PATH")
+    assert {0, 1, 2, passed} < set(seen["fds"]) and len(seen["fds"]) == 5, seen["fds"]  # and the listing's
+    if proc.cgroup is not None:
+        assert proc.cgroup.dirs[0].name in seen["cgroup"], seen["cgroup"]
+    assert set(seen["cpus"]) == allowed and seen["oom_score_adj"] == "1000"
+    assert seen["sigterm"] == str(signal.SIG_DFL) and seen["argv"] == ["forked_probe", str(report)]
+    assert (tmp_path / "log.txt").read_text() == "probe: written\n"

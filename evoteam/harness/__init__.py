@@ -13,6 +13,8 @@ Layers, each importing only those below it:
   protocol     the judge <-> runner messages
   scratch      the evaluations' scratch folders (one root per user; a killed run's are removed by the next)
   guard        the judge's own watch on a runner's memory, processes and disk
+  fork         a trusted process forked from this one (the baseline's runner on a CPU target, a command's judge server):
+               no interpreter start or imports of its own
   sandbox      bubblewrap + cgroups: the runner's view, limits and end
   runner       the untrusted side: the candidate (or, trusted, the baseline library) and nothing else
   runners      the judge's handle on a runner (deadlines, faults, its stacks)

@@ -14,6 +14,10 @@ the server's child: it ends with the server (PR_SET_PDEATHSIG, judge._end_with_p
 when its caller does (its socket closes with the caller, whatever killed it). Candidates never run here: each
 judge starts its runners in their sandbox as before.
 
+A command (`python -m evoteam`) forks its server from itself before its threads start, where `fork_refusal` finds
+nothing against it (a CPU-only PyTorch build, Triton not imported, among others): the server's imports are the
+command's own, done once (`prestart`). Any other caller starts it afresh at its first evaluation.
+
 `EVOTEAM_JUDGE_SERVER=0` starts every judge as its own process instead.
 
 Protocol (JSON lines on a socket pair): the caller sends {"id", "args", "env", "cwd", "log", "cpus", "umask"}
@@ -37,6 +41,8 @@ import threading
 import time
 from pathlib import Path
 
+from evoteam.harness import fork as forking
+
 SWITCH_ENV = "EVOTEAM_JUDGE_SERVER"
 READY_TIMEOUT_S = 120.0  # the server's imports on a loaded machine
 KILL_GRACE_S = 10.0
@@ -45,6 +51,40 @@ REAP_INTERVAL_S = 0.05
 
 def enabled() -> bool:
     return os.environ.get(SWITCH_ENV, "1") != "0"
+
+
+_PYTHONPATH = os.environ.get("PYTHONPATH", "")  # as this process started (what its sys.path was made from)
+
+
+def fork_refusal(python: str) -> str | None:
+    """Why this process cannot fork its judge server (None: it can, and saves the server's start: 1.2 s of CPU
+    importing PyTorch and the harness, in every main job). A forked server must be in the state a started one would
+    be: this interpreter and import path; no thread (one could hold a lock the child then never sees released); a
+    CPU-only PyTorch build (no GPU was touched: a forked child cannot use a GPU its parent initialised, and a CUDA
+    build's `is_available()` initialises the driver); Triton not imported (it reads TRITON_INTERPRET at its import,
+    which the judge sets from the target first); PyTorch imported (else there is nothing to save)."""
+    torch = sys.modules.get("torch")
+    if python != sys.executable or os.environ.get("PYTHONPATH", "") != _PYTHONPATH:
+        return "another interpreter or import path"
+    if threading.active_count() != 1:
+        return "threads are running"
+    if torch is None:
+        return "PyTorch is not imported here"
+    if getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None):
+        return "a GPU build of PyTorch"
+    if "triton" in sys.modules:
+        return "Triton is imported here"
+    return None
+
+
+def prestart(python: str = sys.executable) -> None:
+    """This process's judge server, forked now where `fork_refusal` allows (else started, as at the first evaluation).
+    Only a command's own process calls it (`python -m evoteam`), at a point where its modules are as imported and
+    before its threads start (a tracker's, an LLM client's): a caller that had changed the harness's modules (a test's
+    monkeypatch) would hand its changes to every judge of the server. Judges of a server started at the first
+    evaluation (`JudgeServer.get`, any caller) come from a started one, as before."""
+    if enabled():
+        JudgeServer.get(python, fork=True)
 
 
 class ServerGone(RuntimeError):
@@ -58,20 +98,27 @@ class JudgeServer:
     _servers_lock = threading.Lock()
 
     @classmethod
-    def get(cls, python: str) -> JudgeServer:
+    def get(cls, python: str, fork: bool = False) -> JudgeServer:
+        """This process's server (started now where it has none, or its last ended; forked where `fork` says and
+        `fork_refusal` allows: see `prestart`)."""
         key = (python, os.environ.get("PYTHONPATH", ""), os.getpid())  # a forked caller gets its own
         with cls._servers_lock:
             server = cls._servers.get(key)
             if server is None or server.gone:
-                server = cls._servers[key] = cls(python)
+                server = cls._servers[key] = cls(python, fork)
             return server
 
-    def __init__(self, python: str):
+    def __init__(self, python: str, fork: bool = False):
         ours, theirs = socket.socketpair()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([python, "-m", "evoteam.harness.judge_server", str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+        argv = [python, "-m", "evoteam.harness.judge_server", str(theirs.fileno())]
+        self.forked = fork and fork_refusal(python) is None
+        if self.forked:  # what a started server would import, this process has imported already
+            self.proc = forking.spawn(argv, env=env, cwd=os.getcwd(), log_path=os.devnull, pass_fds=[theirs.fileno()],
+                                   stderr_to_log=False, oom_first=False)
+        else:
+            self.proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, env=env, start_new_session=True)
         theirs.close()
         self.sock = ours
         self.gone = False
@@ -322,7 +369,12 @@ def serve(fd: int) -> int:
     return 0
 
 
+def main(argv: list[str]) -> int:
+    """`python -m evoteam.harness.judge_server FD`, also as a forked server runs it (evoteam.harness.fork)."""
+    return serve(int(argv[0]))
+
+
 if __name__ == "__main__":
     from evoteam import process_exit
 
-    process_exit.run(serve, int(sys.argv[1]))
+    process_exit.run(main, sys.argv[1:])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evoteam.errors import UserError
+from evoteam.harness import fork
 from evoteam.harness.guard import ResourceGuard, descendants, resident_bytes, threads
 from evoteam.harness.scan import BASELINE_MODULES  # hidden from candidates
 
@@ -368,6 +370,9 @@ class SandboxSpec:
     # there from the start
     start_cpus: frozenset[int] | None = None
     disk_bytes: int = 0  # what the runner may hold in its scratch and cache folders (0: no limit)
+    # trusted only: forked from this process (evoteam.harness.fork), which has imported what the runner imports, instead
+    # of started afresh; ignored for a candidate, and where this process holds a GPU context
+    fork: bool = False
 
 
 def _gpu_devices(device: str) -> list[str]:
@@ -597,10 +602,18 @@ class SandboxedProcess:
                 " (cpuset)" if held else f" (affinity only: {self.cgroup.cpuset_problem if self.cgroup else 'no cgroup'})")
             pin = functools.partial(os.sched_setaffinity, 0, spec.start_cpus or spec.cpus)
         self.cpus, self.pinned = spec.cpus, not spec.start_cpus or spec.start_cpus == spec.cpus
-        with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(shell, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, pass_fds=pass_fds, start_new_session=True,
-                                         cwd=str(spec.scratch), preexec_fn=pin)
+        self.forked = spec.trusted and spec.fork and fork.can_fork()
+        if self.forked:  # the same prologue, in the forked child
+            limits = {resource.RLIMIT_CORE: 0, resource.RLIMIT_FSIZE: FILE_SIZE_LIMIT, resource.RLIMIT_NOFILE: 4096}
+            self.proc = fork.spawn(argv, env=env, cwd=str(spec.scratch), log_path=log_path, pass_fds=pass_fds,
+                                   procs_files=self.cgroup.procs_files() if self.cgroup is not None else [],
+                                   cpus=spec.start_cpus or spec.cpus, limits=limits)
+            self.record["started"] = "forked from the judge"
+        else:
+            with open(log_path, "wb") as log:
+                self.proc = subprocess.Popen(shell, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                             env=env, pass_fds=pass_fds, start_new_session=True,
+                                             cwd=str(spec.scratch), preexec_fn=pin)
         # The cgroup's limits hold only where the kernel enforces them (gVisor accepts and ignores them):
         # the judge holds the candidate's runner to the same limits itself.
         self.guard: ResourceGuard | None = None
@@ -658,6 +671,9 @@ class SandboxedProcess:
 
         found = []
         for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            if self.forked and pid == self.proc.pid:  # its command line is still the judge's
+                found.append(pid)
+                continue
             try:
                 if b"evoteam.harness.runner" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     found.append(pid)
