@@ -110,9 +110,11 @@ class RunnerHandle:
         if reply.get("turn") != self.turn:
             # One answer per message, carrying the message's number (the runner's serve loop copies it). Anything
             # else was sent by code in the runner's process other than that loop: the candidate forging a message
-            # (the red team's forge_done_message, 2026-12-06: on the GPU its forged "done" shifted every later
-            # answer by one and went unseen), or a second answer to one message. The judge takes nothing from an
-            # answer but steering, so this is no verdict of speed; it is a runner that tampered with the protocol.
+            # (the red team's forge_done_message, made real on 2026-12-06: on a CPU its forged "done" was read as the
+            # call's answer and the outputs checked before they were written; on a GPU, where the judge waits for
+            # the device's words, it would shift every later answer by one, unseen), or a second answer to one
+            # message. The judge takes nothing from an answer but steering: this is a runner that tampered with the
+            # protocol, not a verdict of speed.
             self.kill()
             raise RunnerFault(Status.FLAGGED if self.kind == "candidate" else Status.HARNESS_ERROR,
                               f"the {self.kind} runner answered out of turn (an answer marked {reply.get('turn')!r} "
