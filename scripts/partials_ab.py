@@ -59,7 +59,7 @@ def choose(champion, results: list[dict], workloads: list, margin: float):
             passed = all(r["status"] == "PASSED" and r.get("speedup") for r in mine)
             geomean = math.exp(sum(math.log(r["speedup"]) for r in mine) / len(mine)) if passed else 0.0
             point = {**point, "PARTIALS": "fp16" if geomean >= 1.0 + margin else "fp32"}
-        counts[point.get("PARTIALS", champion.params.get("PARTIALS", "fp16"))] += 1
+        counts[{**champion.family.default, **champion.params, **point}["PARTIALS"]] += 1
         dispatch.append([keys, point])
     return dataclasses.replace(champion, dispatch=dispatch), counts
 

@@ -115,7 +115,7 @@ class JudgeServer:
         self.forked = fork and fork_refusal(python) is None
         if self.forked:  # what a started server would import, this process has imported already
             self.proc = forking.spawn(argv, env=env, cwd=os.getcwd(), log_path=os.devnull, pass_fds=[theirs.fileno()],
-                                   stderr_to_log=False, oom_first=False)
+                                      stderr_to_log=False, oom_first=False)
         else:
             self.proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, env=env, start_new_session=True)
