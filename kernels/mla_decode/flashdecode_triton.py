@@ -166,7 +166,8 @@ def _as_element_of(ptr, x, INTERPRETED: tl.constexpr):
 
 @triton.jit
 def _scaled(w, part_o_ptr, scale_ptrs, mask, CACHE: tl.constexpr):
-    """A piece's merge weight w, times its rows' scales where the partials are fp16 (stored beside the lse)."""
+    """A piece's merge weight w, times its rows' scales where the partials are fp16 (scale_ptrs: its lse's pointers
+    plus NUM_HEADS, the workspace's [slots, 2, heads] layout)."""
     if part_o_ptr.dtype.element_ty == tl.float16:
         w = w * tl.load(scale_ptrs, mask=mask, other=0.0, cache_modifier=CACHE)
     return w
@@ -277,18 +278,19 @@ def _piece(pid, q_nope_ptr, q_pe_ptr, ckv_ptr, kpe_ptr, kv_indptr_ptr, kv_indice
             tl.store(lse_ptr + b64 * NUM_HEADS + offs_h, piece_lse, mask=mask_h)
         else:  # one piece of a longer request: workspace slot pid (every piece is non-empty)
             slot = pid.to(tl.int64)
+            lse_row = part_lse_ptr + slot * (2 * NUM_HEADS) + offs_h  # its lse; NUM_HEADS on, its rows' scales
             if part_o_ptr.dtype.element_ty == tl.float16:
                 # fp16 partials (v1.10): each head's row divided by a power of two at or above its largest
                 # magnitude, which goes beside its lse; fp16 alone overflows past 65504 (a bf16 cache can hold more)
                 amax = tl.max(tl.abs(o), axis=1)
                 scale = tl.exp2(tl.ceil(tl.log2(tl.where(amax > 0.0, amax, 1.0))))
                 o_part = (o / scale[:, None]).to(tl.float16)
-                tl.store(part_lse_ptr + slot * (2 * NUM_HEADS) + NUM_HEADS + offs_h, scale, mask=mask_h)
+                tl.store(lse_row + NUM_HEADS, scale, mask=mask_h)
             else:
                 o_part = _as_element_of(part_o_ptr, o, INTERPRETED)
             tl.store(part_o_ptr + slot * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV + offs_c[None, :], o_part,
                      mask=mask_h[:, None])
-            tl.store(part_lse_ptr + slot * (2 * NUM_HEADS) + offs_h, piece_lse, mask=mask_h)
+            tl.store(lse_row, piece_lse, mask=mask_h)
             if COUNT_DONE:
                 # Every thread's stores above come before the count (barrier, then a release by the
                 # atomic); a merge program's acquire of the full count orders its reads after them.
@@ -327,15 +329,15 @@ def _merge_if_last(slot, b, first, n_pieces, o, piece_lse, out_ptr, lse_ptr, par
         for s_idx in range(first, first + n_pieces):
             s64 = zero64 + s_idx  # [BLOCK_H], all s_idx
             keep = mask_h & (s64 != slot)  # the program's own piece is in registers
-            lse_s = tl.load(part_lse_ptr + s64 * (2 * NUM_HEADS) + offs_h, mask=keep,
-                            other=float("-inf"), cache_modifier=".cg")
+            lse_row = part_lse_ptr + s64 * (2 * NUM_HEADS) + offs_h
+            lse_s = tl.load(lse_row, mask=keep, other=float("-inf"), cache_modifier=".cg")
             o_s = tl.load(part_o_ptr + s64[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
                           + offs_c[None, :], mask=keep[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
             m_new = tl.maximum(m, lse_s)
             m_new = tl.where(mask_h, m_new, 0.0)  # padded heads: keep everything finite
             alpha = tl.exp2(m - m_new)
             w = tl.exp2(lse_s - m_new)
-            ws = _scaled(w, part_o_ptr, part_lse_ptr + s64 * (2 * NUM_HEADS) + NUM_HEADS + offs_h, keep, ".cg")
+            ws = _scaled(w, part_o_ptr, lse_row + NUM_HEADS, keep, ".cg")
             acc = acc * alpha[:, None] + o_s * ws[:, None]
             l_sum = l_sum * alpha + w
             m = m_new
@@ -469,8 +471,8 @@ def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_
     for s0 in range(first, last + 1, COMBINE_S):
         slot = (s0 + offs_s).to(tl.int64)
         valid = (slot <= last)[:, None] & mask_h[None, :]
-        piece_lse = tl.load(part_lse_ptr + slot[:, None] * (2 * NUM_HEADS) + offs_h[None, :], mask=valid,
-                            other=float("-inf"), cache_modifier=CACHE)  # [S, H]
+        lse_rows = part_lse_ptr + slot[:, None] * (2 * NUM_HEADS) + offs_h[None, :]
+        piece_lse = tl.load(lse_rows, mask=valid, other=float("-inf"), cache_modifier=CACHE)  # [S, H]
         o = tl.load(part_o_ptr + slot[:, None, None] * (NUM_HEADS * D_CKV) + offs_h[None, :, None] * D_CKV
                     + offs_d[None, None, :], mask=valid[:, :, None], other=0.0,
                     cache_modifier=CACHE).to(tl.float32)  # [S, H, D]
@@ -479,8 +481,7 @@ def _merge_pieces(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_ptr, part_
         alpha = tl.exp2(m - m_new)
         w = tl.exp2(piece_lse - m_new[None, :])  # [S, H], 0 where masked
         l_sum = l_sum * alpha + tl.sum(w, axis=0)
-        ws = _scaled(w, part_o_ptr, part_lse_ptr + slot[:, None] * (2 * NUM_HEADS) + NUM_HEADS + offs_h[None, :],
-                     valid, CACHE)
+        ws = _scaled(w, part_o_ptr, lse_rows + NUM_HEADS, valid, CACHE)
         acc = acc * alpha[:, None] + tl.sum(ws[:, :, None] * o, axis=0)
         m = m_new
     _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
@@ -524,15 +525,14 @@ def _merge_pieces_unrolled(b, d_blk, first, n_pieces, out_ptr, lse_ptr, part_o_p
         for i in tl.static_range(COMBINE_S):
             slot = zero64 + (s0 + i)
             valid = mask_h & (slot <= last)
-            lse_s = tl.load(part_lse_ptr + slot * (2 * NUM_HEADS) + offs_h, mask=valid, other=float("-inf"),
-                            cache_modifier=CACHE)
+            lse_row = part_lse_ptr + slot * (2 * NUM_HEADS) + offs_h
+            lse_s = tl.load(lse_row, mask=valid, other=float("-inf"), cache_modifier=CACHE)
             o_s = tl.load(part_o_ptr + slot[:, None] * (NUM_HEADS * D_CKV) + offs_h[:, None] * D_CKV
                           + offs_d[None, :], mask=valid[:, None], other=0.0,
                           cache_modifier=CACHE).to(tl.float32)
             w = tl.exp2(lse_s - m_new)  # 0 past the last piece
             l_sum += w
-            acc += o_s * _scaled(w, part_o_ptr, part_lse_ptr + slot * (2 * NUM_HEADS) + NUM_HEADS + offs_h, valid,
-                                 CACHE)[:, None]
+            acc += o_s * _scaled(w, part_o_ptr, lse_row + NUM_HEADS, valid, CACHE)[:, None]
         m = m_new
     _store_merged(b, d_blk, acc, m, l_sum, offs_h, mask_h, offs_d, out_ptr, lse_ptr, NUM_HEADS, D_CKV, INTERPRETED)
 
