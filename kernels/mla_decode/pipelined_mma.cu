@@ -3,15 +3,20 @@
 // "pipelined_mma.cu::run"), called inputs then outputs in the definition's order. Made for the large,
 // memory-bound workloads (batch 16 and 64, thousands to ~75k KV rows); see DESIGN.md sections 6.8-6.10.
 //
-// Work split (as flashdecode_triton.py): every request is cut into n_b = max(1, cdiv(len_b, CHUNK)) pieces of
-// equal length (rounded up to the tile, so at most CHUNK), numbered request after request. CHUNK comes from the
-// shapes only: cdiv(num_kv_indices, T) rounded up to the tile, at least MIN_CHUNK, with T = PIECES_PER_SM *
-// multiprocessors - batch / 2 (a request's pieces are about half a chunk short of a whole on average). The grid
-// is cdiv(num_kv_indices, CHUNK) + batch CTAs, an upper bound on the pieces; a CTA finds its (request, piece) by
-// a block-wide scan of kv_indptr on the device and CTAs past the last piece exit. No device-to-host copy, so the
-// call can be captured in a CUDA graph.
+// Work split: the batch's KV tokens in kv_indices' order are one stream, cut into ranges of CH tokens, one CTA
+// each: CH = max(MIN_CHUNK, cdiv(num_kv_indices, multiprocessors)), grid = cdiv(num_kv_indices, CH) CTAs, both from
+// the shapes alone (no device-to-host copy, so the call can be captured in a CUDA graph). A CTA's range is cut at
+// request boundaries into segments (mostly one or two), run one after another; segment (CTA c, request b) owns
+// workspace slot c + b. This differs from flashdecode_triton.py's pieces per request (a grid that is an upper
+// bound on max(1, cdiv(len_b, CHUNK)) summed over requests): with one CTA resident per multiprocessor (shared
+// memory), a piece count a few over the multiprocessors would cost a second wave of whole pieces (random lengths
+// summing to the batch-64 shapes gave 127-136 pieces for 132 SMs), while equal token ranges put every CTA in one
+// wave with the same number of tokens (a segment boundary costs a pipeline refill and a Q load, not a wave).
+// A CTA finds its first request with one round of parallel loads of kv_indptr (the b with
+// indptr[b] < c CH <= indptr[b + 1]), then walks the requests. scripts/mla_pipelined_mma_layout_check.py checks
+// this arithmetic (and the fragment layouts below) on the CPU.
 //
-// A CTA (8 warps) takes all 16 heads of one piece: the 16 heads are exactly the M = 16 of mma.m16n8k16. Its
+// A CTA (8 warps) takes all 16 heads of a segment: the 16 heads are exactly the M = 16 of mma.m16n8k16. Its
 // loop runs over tiles of TILE = 32 KV tokens: each tile's 32 rows (ckv and kpe side by side, 1152 B, padded to
 // 1168 B so that ldmatrix's 8 rows fall in 8 different 16-byte bank groups) are gathered with 16-byte
 // cp.async.cg (L2 only) into a ring of STAGES shared-memory buffers, STAGES - 1 tiles ahead of the one being
@@ -25,17 +30,20 @@
 //       thread, the mma accumulator layout: c0,c1 in row lane/4, c2,c3 in row lane/4 + 8, columns 2(lane%4)+{0,1}
 //       of each n8 tile); V's fragments come from the same rows through ldmatrix.trans.
 // Three CTA barriers a tile (tile landed / S halves written / P written).
-// End of a piece: a request in one piece writes its bf16 output and lse at once. Otherwise the piece writes its
-// normalised output (fp32) and base-2 lse to its workspace slot (slot = piece number), fences, and draws a
-// ticket from its request's counter; the CTA that draws the last ticket merges the request's pieces
+// End of a segment: a request in one segment writes its bf16 output and lse at once. Otherwise the segment writes
+// its normalised output (fp32) and base-2 lse to its workspace slot, fences, and draws a ticket from its
+// request's counter; the CTA that draws the last ticket merges the request's segments
 // (lse = M + log2 sum 2^(lse_s - M), out = sum 2^(lse_s - lse) o_s, the others' partials read from L2 with
 // __ldcg), writes output and lse, and resets the counter to 0 for the next call (counters are zeroed once, when
 // the workspace is allocated). fp32 partials: DESIGN.md 6.9 shows bf16 partials fail flashinfer-bench's rule.
 //
-// Limits: one CTA a multiprocessor (the ring takes ~171 KB at 4 stages), so a CTA's prologue (scan, Q, first
-// tiles) and its merge are not overlapped by another CTA's loads; producer and consumer are the same warps (no
-// warp specialisation), so a tile's copies are issued only after the CTA barrier that frees its buffer. Short
-// requests (batch 1 of a few hundred tokens) pay a whole 32-token tile and the prologue; they are not its aim.
+// Limits: one CTA a multiprocessor (the ring takes ~171 KB at 4 stages), so a segment's prologue (indptr, page
+// numbers, Q, first tiles: a chain of dependent loads) and its merge are not overlapped by another CTA's loads;
+// the pipeline is drained and refilled at each segment boundary; producer and consumer are the same warps (no
+// warp specialisation), so a tile's copies are issued only after the CTA barrier that frees its buffer. The merge
+// of a request is done by one CTA (the last to finish), so a request cut into many segments (batch 1: up to 43)
+// has a long merge on its critical path. Small workloads (batch 1, a few hundred tokens) are not its aim.
+// Never run on a GPU at the time of writing: see the commit log.
 #ifndef MLA_NO_TORCH
 #include <torch/extension.h>
 
@@ -91,7 +99,7 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16 bytes global -> shared through L2 only; src_bytes 0 writes zeros (rows past the piece's end).
+// 16 bytes global -> shared through L2 only; src_bytes 0 writes zeros (rows past the segment's end).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
@@ -120,7 +128,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // Issues the copies of one KV row's 9 chunks (this thread's share of a tile): chunk lane8 + 8 i of the row,
-// i < 8 from ckv (1024 B), i = 8 from kpe (128 B). page < 0: zeros (a row past the piece's end).
+// i < 8 from ckv (1024 B), i = 8 from kpe (128 B). page < 0: zeros (a row past the segment's end).
 __device__ __forceinline__ void issue_row(uint32_t dst_row, const bf16* __restrict__ ckv, const bf16* __restrict__ kpe,
                                           int page, int lane8) {
   const int bytes = page >= 0 ? 16 : 0;
@@ -131,67 +139,19 @@ __device__ __forceinline__ void issue_row(uint32_t dst_row, const bf16* __restri
   cp_async16(dst_row + (64 + lane8) * 16, kpe + p * DP + lane8 * 8, bytes);
 }
 
-// One CTA per piece (blockIdx.x = piece number; CTAs past the last piece exit).
-__global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
-    const bf16* __restrict__ q_nope, const bf16* __restrict__ q_pe, const bf16* __restrict__ ckv,
-    const bf16* __restrict__ kpe, const int* __restrict__ indptr, const int* __restrict__ indices, int batch,
-    int chunk, float scale_log2, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ counters,
+// One segment: tokens [lo, hi) of request b (which starts at kv_indices[start]); the request has n segments in
+// workspace slots first .. first + n - 1, this one in slot `slot`. Called by every thread of the CTA (uniform
+// arguments); returns with the CTA's shared memory free for the next segment (every thread past a barrier that
+// follows its last shared-memory read, and no copy in flight).
+__device__ __forceinline__ void segment(
+    unsigned char* smem, const bf16* __restrict__ q_nope, const bf16* __restrict__ q_pe, const bf16* __restrict__ ckv,
+    const bf16* __restrict__ kpe, const int* __restrict__ indices, int b, int start, int lo, int hi, int n, int first,
+    int slot, float scale_log2, float* __restrict__ part_o, float* __restrict__ part_lse, int* __restrict__ counters,
     bf16* __restrict__ out, float* __restrict__ out_lse) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  int* s_int = reinterpret_cast<int*>(smem + SM_INT);  // [0, 8): warp sums; 8: b, 9: first, 10: n, 11: ticket
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int pid = blockIdx.x;
-
-  // ---- find this CTA's (request, piece): pieces are numbered request after request ----
-  int b, first, n;
-  if (batch == 1) {  // kv_indptr = [0, N] (the definition's constraints): no scan
-    const int len = indptr[1] - indptr[0];
-    n = max(1, (len + chunk - 1) / chunk);
-    b = pid < n ? 0 : -1;
-    first = 0;
-  } else {
-    if (tid == 0) s_int[WARPS] = -1;
-    int carry = 0;  // pieces of the requests before this block of THREADS requests
-    for (int base = 0; base < batch; base += THREADS) {
-      const int i = base + tid;
-      int cnt = 0;
-      if (i < batch) cnt = max(1, (indptr[i + 1] - indptr[i] + chunk - 1) / chunk);
-      int x = cnt;  // inclusive scan within the warp
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, x, off);
-        if (lane >= off) x += y;
-      }
-      if (lane == 31) s_int[warp] = x;
-      __syncthreads();
-      int before = 0, block = 0;
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) {
-        const int v = s_int[w];
-        before += w < warp ? v : 0;
-        block += v;
-      }
-      const int incl = carry + before + x;
-      if (i < batch && incl - cnt <= pid && pid < incl) {  // exactly one thread in the grid-wide numbering
-        s_int[WARPS] = i;
-        s_int[WARPS + 1] = incl - cnt;
-        s_int[WARPS + 2] = cnt;
-      }
-      carry += block;
-      __syncthreads();  // s_int's warp sums are read before the next block overwrites them
-    }
-    b = s_int[WARPS];
-    first = s_int[WARPS + 1];
-    n = s_int[WARPS + 2];
-  }
-  if (b < 0) return;  // past the last piece (uniform over the CTA)
-
-  const int start = indptr[b], len = indptr[b + 1] - start;
-  const int k = pid - first;
-  // Equal pieces: cdiv(len, n) rounded up to the tile (<= chunk, since chunk is a multiple of the tile).
-  const int per = ((len + n - 1) / n + TILE - 1) / TILE * TILE;
-  const int lo = min(len, k * per), hi = min(len, lo + per);
+  const int pid = slot;
   const int ntiles = (hi - lo + TILE - 1) / TILE;
+  __syncthreads();  // the previous segment's last reads of s_m, s_l (an empty request has no barrier before its writes)
   const int* idx = indices + start;
 
   // ---- prologue: Q (16 x 576) and the first STAGES - 1 tiles, one commit group per tile (Q in the first) ----
@@ -203,7 +163,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
     cp_async16(s_q + h * ROW_BYTES + cc * 16, src, 16);
   }
   const int my_row = tid / THREADS_PER_ROW, lane8 = tid % THREADS_PER_ROW;
-  auto page_of = [&](int t) {  // the page of this thread's row of tile t, -1 past the piece's end
+  auto page_of = [&](int t) {  // the page of this thread's row of tile t, -1 past the segment's end
     const int tok = lo + t * TILE + my_row;
     return tok < hi ? __ldg(idx + tok) : -1;
   };
@@ -239,7 +199,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
     const uint32_t kv = s_kv + (t % STAGES) * TILE * ROW_BYTES;
 
     {  // S half: 16 heads x 8 tokens over 18 k-steps
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      float acc[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};  // two chains: half the mma latency
       // A (Q): lanes 0-15 rows 0-15 at k0, lanes 16-31 rows 0-15 at k0 + 8.
       const uint32_t qa = s_q + (lane & 15) * ROW_BYTES + (s_kh * KHALF_STEPS * 16 + (lane >> 4) * 8) * 2;
       // B (K rows = tokens): lanes 8m..8m+7 give token rows 0-7 at k0 + 8m, m = 0..3 (two k-steps).
@@ -251,8 +211,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
         ldmatrix_x4(a0, qa + ks * 32);
         ldmatrix_x4(a1, qa + (ks + 1) * 32);
         mma_bf16(acc, a0, bb[0], bb[1]);
-        mma_bf16(acc, a1, bb[2], bb[3]);
+        mma_bf16(acc1, a1, bb[2], bb[3]);
       }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += acc1[e];
       float* dst = s_s + s_kh * H * LDS + (lane >> 2) * LDS + s_nt * 8 + (lane & 3) * 2;
       *reinterpret_cast<float2*>(dst) = make_float2(acc[0], acc[1]);
       *reinterpret_cast<float2*>(dst + 8 * LDS) = make_float2(acc[2], acc[3]);
@@ -268,7 +230,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
       float mx = fmaxf(v0, v1);
 #pragma unroll
       for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float m_new = fmaxf(m_run, mx);  // finite: a tile holds at least one token of the piece
+      const float m_new = fmaxf(m_run, mx);  // finite: a tile holds at least one token of the segment
       const float p0 = exp2f(v0 - m_new), p1 = exp2f(v1 - m_new);
       float sum = p0 + p1;
 #pragma unroll
@@ -307,7 +269,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
   }
   cp_async_wait<0>();  // nothing left in flight (the trailing groups are empty)
 
-  // ---- end of the piece ----
+  // ---- end of the segment ----
   float* s_m = reinterpret_cast<float*>(smem + SM_M);
   float* s_l = reinterpret_cast<float*>(smem + SM_L);
   if ((tid & 15) == 0) {
@@ -317,10 +279,10 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
   __syncthreads();
   const int r0 = lane >> 2, r1 = r0 + 8;
   const float l0 = s_l[r0], l1 = s_l[r1];
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;  // empty piece: 0
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;  // empty request: 0
   const int col0 = warp * COLS_PER_WARP + (lane & 3) * 2;
 
-  if (n == 1) {  // the request is this piece: final output and lse
+  if (n == 1) {  // the request is this segment: final output and lse
     bf16* ob = out + (size_t)b * H * DC;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -333,7 +295,7 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
     return;
   }
 
-  // A piece of a longer request: the normalised partial and its lse into slot pid.
+  // A segment of a longer request: the normalised partial and its lse into slot pid.
   float* po = part_o + (size_t)pid * H * DC;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -343,32 +305,52 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
   if (tid < H) part_lse[(size_t)pid * H + tid] = s_l[tid] > 0.f ? s_m[tid] + log2f(s_l[tid]) : NEG_INF;
   __threadfence();  // this thread's partials are visible device-wide before the ticket is drawn
   __syncthreads();
-  int* s_ticket = s_int + WARPS + 3;
+  int* s_ticket = reinterpret_cast<int*>(smem + SM_INT);
   if (tid == 0) *s_ticket = atomicAdd(counters + b, 1);
   __syncthreads();
-  if (*s_ticket != n - 1) return;  // not the last piece of the request to finish
-  __threadfence();  // acquire side: the other pieces' partials are read after their tickets
+  if (*s_ticket != n - 1) return;  // not the last segment of the request to finish
+  __threadfence();  // acquire side: the other segments' partials are read after their tickets
 
-  // Merge the request's pieces (slots first .. first + n - 1): thread -> head h, columns 4 q + 64 c, c < 8.
+  // Merge the request's segments (slots first .. first + n - 1): thread -> head h, columns 4 q + 64 c, c < 8.
+  // The 16 threads of a head share the lse reduction (segment q, q + 16, ...; then shuffles), and the partials
+  // are read MERGE_GROUP segments a round, their loads issued together: the merge sits on the request's critical
+  // path, and one L2 round trip per segment would cost about half a microsecond each.
   const int h = tid / 16, q = tid % 16;
+  const float* lse_h = part_lse + (size_t)first * H + h;
   float mx = NEG_INF;
-  for (int s = 0; s < n; ++s) mx = fmaxf(mx, __ldcg(part_lse + (size_t)(first + s) * H + h));
+  for (int s = q; s < n; s += 16) mx = fmaxf(mx, __ldcg(lse_h + (size_t)s * H));
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   float sum = 0.f;
   if (mx != NEG_INF)
-    for (int s = 0; s < n; ++s) sum += exp2f(__ldcg(part_lse + (size_t)(first + s) * H + h) - mx);
-  const float total = sum > 0.f ? mx + log2f(sum) : NEG_INF;
+    for (int s = q; s < n; s += 16) sum += exp2f(__ldcg(lse_h + (size_t)s * H) - mx);
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  const float total = sum > 0.f ? mx + log2f(sum) : NEG_INF;  // -inf only if every segment were empty
   float4 acc[8];
 #pragma unroll
   for (int c = 0; c < 8; ++c) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   if (total != NEG_INF) {
-    for (int s = 0; s < n; ++s) {
-      const float w = exp2f(__ldcg(part_lse + (size_t)(first + s) * H + h) - total);  // 0 for an empty piece
-      const float4* src = reinterpret_cast<const float4*>(part_o + ((size_t)(first + s) * H + h) * DC + q * 4);
+    constexpr int MERGE_GROUP = 4;
+    const float4* src0 = reinterpret_cast<const float4*>(part_o + ((size_t)first * H + h) * DC + q * 4);
+    for (int s0 = 0; s0 < n; s0 += MERGE_GROUP) {
+      float w[MERGE_GROUP];
+      float4 v[MERGE_GROUP][8];
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        const float4 v = __ldcg(src + c * 16);
-        acc[c].x += w * v.x; acc[c].y += w * v.y; acc[c].z += w * v.z; acc[c].w += w * v.w;
+      for (int u = 0; u < MERGE_GROUP; ++u) {
+        const bool in = s0 + u < n;
+        w[u] = in ? exp2f(__ldcg(lse_h + (size_t)(s0 + u) * H) - total) : 0.f;
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+          v[u][c] = in ? __ldcg(src0 + (size_t)(s0 + u) * H * DC / 4 + c * 16) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
+#pragma unroll
+      for (int u = 0; u < MERGE_GROUP; ++u)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          acc[c].x += w[u] * v[u][c].x; acc[c].y += w[u] * v[u][c].y;
+          acc[c].z += w[u] * v[u][c].z; acc[c].w += w[u] * v[u][c].w;
+        }
     }
   }
   bf16* ob = out + ((size_t)b * H + h) * DC + q * 4;
@@ -384,18 +366,54 @@ __global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
   if (tid == 0) counters[b] = 0;  // ready for the next call (or graph replay): every ticket of this one is drawn
 }
 
-// The host's arithmetic, shapes only (also compiled into the CPU check of the workspace bounds).
-#ifndef MLA_PIECES_PER_SM
-#define MLA_PIECES_PER_SM 1
-#endif
-constexpr int MIN_CHUNK = 4 * TILE;
-
-inline int64_t chunk_for(int64_t total, int64_t batch, int64_t sms) {
-  const int64_t target = std::max<int64_t>(std::max<int64_t>(1, sms / 4), MLA_PIECES_PER_SM * sms - batch / 2);
-  const int64_t c = std::max<int64_t>(MIN_CHUNK, (total + target - 1) / target);
-  return (c + TILE - 1) / TILE * TILE;
+// Token stream split: CTA c takes the tokens [c CH, (c + 1) CH) of the batch's concatenated KV tokens (kv_indices'
+// order), cut at request boundaries into segments; segment (c, request b) uses workspace slot c + b (distinct:
+// a later CTA can only meet a later-or-equal request). An empty request is finished by the CTA whose range holds
+// its position (the last CTA for one at the end).
+__global__ void __launch_bounds__(THREADS, 1) mla_pipelined(
+    const bf16* __restrict__ q_nope, const bf16* __restrict__ q_pe, const bf16* __restrict__ ckv,
+    const bf16* __restrict__ kpe, const int* __restrict__ indptr, const int* __restrict__ indices, int batch,
+    int total, int chunk, float scale_log2, float* __restrict__ part_o, float* __restrict__ part_lse,
+    int* __restrict__ counters, bf16* __restrict__ out, float* __restrict__ out_lse) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int c = blockIdx.x, last = gridDim.x - 1;
+  const int c0 = c * chunk, c1 = min(total, c0 + chunk);
+  auto owner = [&](int x) { return min(x / chunk, last); };  // the CTA whose range holds token position x
+  // The first request b with indptr[b + 1] >= c0 is the one b with indptr[b] < c0 <= indptr[b + 1] (or b = 0):
+  // one round of parallel loads instead of a binary search's chain of dependent ones.
+  int* s_first_b = reinterpret_cast<int*>(smem + SM_INT) + 1;
+  for (int b = threadIdx.x; b < batch; b += THREADS)
+    if (indptr[b + 1] >= c0 && (b == 0 || indptr[b] < c0)) *s_first_b = b;
+  __syncthreads();
+  const int b0 = *s_first_b;
+  for (int b = b0; b < batch; ++b) {
+    const int start = indptr[b], end = indptr[b + 1];
+    if (start > c1) break;
+    if (start == end) {  // an empty request: output 0, lse -inf (segment() with no tiles writes them)
+      if (owner(start) == c)
+        segment(smem, q_nope, q_pe, ckv, kpe, indices, b, start, 0, 0, 1, 0, 0, scale_log2, part_o, part_lse, counters,
+                out, out_lse);
+      continue;
+    }
+    const int lo = max(start, c0), hi = min(end, c1);
+    if (lo >= hi) continue;  // ends at c0 or starts at c1: another CTA's
+    const int first = owner(start), n = owner(end - 1) - first + 1;
+    segment(smem, q_nope, q_pe, ckv, kpe, indices, b, start, lo - start, hi - start, n, first + b, c + b, scale_log2,
+            part_o, part_lse, counters, out, out_lse);
+  }
 }
-inline int64_t grid_for(int64_t total, int64_t batch, int64_t chunk) { return (total + chunk - 1) / chunk + batch; }
+
+// The host's arithmetic, from shapes only: CH = max(MIN_CHUNK, cdiv(total, WAVES * multiprocessors)) tokens a CTA,
+// grid = cdiv(total, CH) CTAs (one for an empty batch), workspace slots = grid + batch (slot c + b < grid + batch).
+#ifndef MLA_WAVES
+#define MLA_WAVES 1  // CTAs per multiprocessor the tokens are spread over (one fits at a time: shared memory)
+#endif
+constexpr int64_t MIN_CHUNK = 2 * TILE;  // below this a CTA's prologue outweighs its loop
+
+inline int64_t chunk_for(int64_t total, int64_t sms) {
+  return std::max<int64_t>(MIN_CHUNK, (total + MLA_WAVES * sms - 1) / (MLA_WAVES * sms));
+}
+inline int64_t grid_for(int64_t total, int64_t chunk) { return std::max<int64_t>(1, (total + chunk - 1) / chunk); }
 
 }  // namespace
 
@@ -419,9 +437,9 @@ void run(torch::Tensor q_nope, torch::Tensor q_pe, torch::Tensor ckv_cache, torc
   const int64_t total = kv_indices.numel();
   const int device = q_nope.get_device();
   const auto* props = at::cuda::getCurrentDeviceProperties();
-  const int64_t chunk = chunk_for(total, batch, props->multiProcessorCount);
-  const int64_t grid = grid_for(total, batch, chunk);
-  TORCH_CHECK(grid < (int64_t(1) << 31), "pipelined_mma: too many pieces");
+  TORCH_CHECK(total < (int64_t(1) << 31) - MIN_CHUNK, "pipelined_mma: int32 token positions");
+  const int64_t chunk = chunk_for(total, props->multiProcessorCount);
+  const int64_t grid = grid_for(total, chunk);
 
   // Workspace per (device, batch, tokens): allocated on the first call of a shape (not during a graph's capture,
   // which the harness's warm-up precedes), counters zeroed once; the merging CTA resets its counter after use.
@@ -431,7 +449,7 @@ void run(torch::Tensor q_nope, torch::Tensor q_pe, torch::Tensor ckv_cache, torc
   auto it = workspaces.find(key);
   if (it == workspaces.end()) {
     auto f32 = q_nope.options().dtype(torch::kFloat);
-    Workspace ws{torch::empty({grid, H, DC}, f32), torch::empty({grid, H}, f32),
+    Workspace ws{torch::empty({grid + batch, H, DC}, f32), torch::empty({grid + batch, H}, f32),
                  torch::zeros({batch}, q_nope.options().dtype(torch::kInt))};
     it = workspaces.emplace(key, ws).first;
   }
@@ -443,7 +461,8 @@ void run(torch::Tensor q_nope, torch::Tensor q_pe, torch::Tensor ckv_cache, torc
   const float scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
   auto bf = [](const torch::Tensor& t) { return reinterpret_cast<const bf16*>(t.data_ptr<at::BFloat16>()); };
   mla_pipelined<<<static_cast<unsigned>(grid), THREADS, SMEM_BYTES, stream>>>(
-      bf(qn), bf(qp), bf(ckv), bf(kpe), indptr.data_ptr<int>(), indices.data_ptr<int>(), batch, static_cast<int>(chunk),
+      bf(qn), bf(qp), bf(ckv), bf(kpe), indptr.data_ptr<int>(), indices.data_ptr<int>(), batch, static_cast<int>(total),
+      static_cast<int>(chunk),
       scale_log2, it->second.part_o.data_ptr<float>(), it->second.part_lse.data_ptr<float>(),
       it->second.counters.data_ptr<int>(), reinterpret_cast<bf16*>(output.data_ptr<at::BFloat16>()),
       lse.data_ptr<float>());
