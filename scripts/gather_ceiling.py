@@ -1,7 +1,7 @@
 """How fast the GPU can gather an MLA decode workload's KV rows at all: the ceiling under issue 7's
 "80% of the copy ceiling" target, measured side by side with the decode kernels in one process.
 
-    python scripts/gather_ceiling.py [KERNEL.py ...] [--workloads PREFIX ...] [--json OUT.json]
+    python scripts/gather_ceiling.py [KERNEL.py|KERNEL.cu ...] [--workloads PREFIX ...] [--json OUT.json]
 
 For each workload (default: the 8 largest), on the harness's inputs (task.make_inputs, seed 1234),
 everything timed under graph replay (20 x [L2 flush, call] minus the flushes alone, median of --reps):
@@ -14,7 +14,7 @@ everything timed under graph replay (20 x [L2 flush, call] minus the flushes alo
       sorted         the same pages in ascending order
       compact        a random permutation of pages 0 .. N-1 (as random, over a footprint of N pages)
       contiguous     pages 0 .. N-1 in order (a stream through the same kernel)
-  flashinfer         FlashInfer with plan() cached, and each KERNEL.py given (default: the MLA champion)
+  flashinfer         FlashInfer with plan() cached, and each kernel file given (.py as the sweep loads it, .cu built by torch's extension loader) (default: the MLA champion)
 ", clean L2": the same call after the flush and a read of 2x L2 of other data, minus that read: the
 flush (a memset) leaves L2 full of dirty lines that the timed call otherwise writes back.
 Each line: time, compulsory bytes (task.min_bytes for the decoders, the gathered bytes and indices for
@@ -141,6 +141,28 @@ def index_orders(kv_indices, gen):
             "contiguous": torch.arange(n, dtype=torch.int32, device=dev)}
 
 
+def load_kernels(paths: list[str], folder: Path) -> dict:
+    """Each kernel file's module (its `run`), by the file's stem: a Python/Triton file as the sweep loads it, a CUDA
+    or C++ file (torch binding, entry `run`, as the harness builds a "cuda" solution) by torch's extension loader,
+    built in FOLDER."""
+    from evoteam.families import load_variants
+
+    modules = {}
+    for kernel in paths:
+        path = Path(kernel).resolve()
+        if path.suffix in (".cu", ".cpp"):
+            from torch.utils.cpp_extension import load
+
+            build = folder / f"build-{path.stem}"
+            build.mkdir(parents=True, exist_ok=True)
+            modules[path.stem] = load(name=f"gather_ceiling_{path.stem}", sources=[str(path)],
+                                      with_cuda=path.suffix == ".cu", build_directory=str(build), verbose=False)
+            continue
+        for _point, module in load_variants(path, [{}], folder, "gather_ceiling"):
+            modules[path.stem] = module
+    return modules
+
+
 def main(argv: list[str] | None = None) -> int:
     import probes  # scripts/probes.py, beside this script
 
@@ -158,7 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from evoteam import hardware
-    from evoteam.families import load_variants
     from evoteam.harness import baselines, timing
     from evoteam.task import load_task, select_workloads, shape_label
 
@@ -167,11 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     device = hw.torch_device
     ceiling = (hw.bandwidth_ceiling_tbs or 1.0) * 1e12
     fi = baselines.create("flashinfer", task, hw, backend="auto", plan="cached")
-    folder = Path(tempfile.mkdtemp(prefix="gather-ceiling-"))
-    modules = {}
-    for kernel in args.kernels:
-        for _point, module in load_variants(Path(kernel).resolve(), [{}], folder, "gather_ceiling"):
-            modules[Path(kernel).stem] = module
+    modules = load_kernels(args.kernels, Path(tempfile.mkdtemp(prefix="gather-ceiling-")))
     l2 = torch.cuda.get_device_properties(torch.device(device)).L2_cache_size
     clean_rows = 2 * l2 // (2 * 576)
     clean_ckv = torch.ones((clean_rows, 512), dtype=torch.bfloat16, device=device)

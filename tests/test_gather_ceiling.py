@@ -49,3 +49,26 @@ def test_index_orders_name_the_same_number_of_pages():
     assert torch.equal(torch.sort(orders["compact"]).values, torch.arange(321, dtype=torch.int32))
     assert torch.equal(orders["contiguous"], torch.arange(321, dtype=torch.int32))
     assert all(o.dtype == torch.int32 and o.numel() == 321 for o in orders.values())
+
+
+def test_a_cuda_kernel_is_built_by_torchs_extension_loader(tmp_path, monkeypatch):
+    # a .cu file (pipelined_mma.cu, a "cuda" solution) is built as the harness builds one, a .py file loaded as the
+    # sweep loads it; the build itself needs nvcc and a CUDA torch, so here the loader records its call
+    import torch.utils.cpp_extension as cpp_extension
+
+    calls = []
+
+    def fake_load(**kwargs):
+        calls.append(kwargs)
+        return type("Ext", (), {"run": staticmethod(lambda **_: None)})
+
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    root = Path(__file__).resolve().parent.parent
+    cu = root / "kernels/mla_decode/pipelined_mma.cu"
+    py = root / "kernels/mla_decode/seed_triton.py"
+    modules = gather_ceiling.load_kernels([str(cu), str(py)], tmp_path)
+    assert set(modules) == {"pipelined_mma", "seed_triton"}
+    assert callable(modules["seed_triton"].run)
+    (call,) = calls
+    assert call["sources"] == [str(cu)] and call["with_cuda"] is True
+    assert Path(call["build_directory"]).is_dir()
