@@ -41,6 +41,8 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files" | tee -a "$log"
 champion=/tmp/evoteam-champion-h200.py  # built from the family file and the committed champion file
 python3 -m evoteam.sweep --build kernels/mla_decode/champion_h200.json --emit-kernel "$champion" || exit 1
+# MLA_CANDIDATE=FILE (.py or .cu, e.g. kernels/mla_decode/pipelined_mma.cu) takes the champion's place in the MLA parts
+[ -n "${MLA_CANDIDATE:-}" ] && champion=$MLA_CANDIDATE && echo "MLA candidate: $champion" | tee -a "$log"
 kda_kernel=kernels/kda_prefill/chunk_triton.py
 kda_workloads="15208288 efbdc890 df87a189 8cfd1d8d"
 before=${BEFORE:-.before}
