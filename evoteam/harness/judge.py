@@ -262,9 +262,13 @@ class Judge:
         for handle in (self.candidate, self.baseline):
             if handle is not None:
                 self.logs.append(f"=== {handle.kind} runner ===\n{handle.logs()}")
+                if _ending:
+                    handle.kill()  # no goodbye: it could wait 5 s on a runner that does not answer
                 handle.close()
         for handle in self.spawned:  # one the judge was still starting (a frozen runner does not end on its own)
             if not handle.dead and handle not in (self.candidate, self.baseline):
+                if _ending:
+                    handle.kill()
                 handle.close()
         self.candidate = self.baseline = None
         self.spawned = []
@@ -465,13 +469,21 @@ class Judge:
             t = time.perf_counter()
             for handle in (self.candidate, self.baseline):
                 if handle is not None and not handle.dead:
+                    if _ending:
+                        # Being ended (SIGTERM): no runner is asked anything on the way out. A candidate hanging in
+                        # its call held the judge here for the unbind's 60 s, past its server's 10 s of grace; the
+                        # server's SIGKILL then left the baseline's runner, frozen while the candidate was timed,
+                        # frozen for good (a frozen process cannot die; test_judge_server's killed caller, 3 of 3
+                        # runs on 2026-12-06).
+                        handle.kill()
+                        continue
                     try:
                         handle.ask({"op": "unbind"}, 60)
                     except RunnerFault:
                         self._fault(handle)
             for calls in sides.values():
                 calls.close()
-            if self.hw.is_gpu:
+            if self.hw.is_gpu and not _ending:
                 try:
                     self._device_sync()
                 except RunnerFault:
@@ -927,6 +939,19 @@ def _parses(source: str) -> bool:
 # ------------------------------------------------------------------------------------------ the judge process
 
 
+# Set by the first SIGTERM: the judge is being ended. On the way out it ends its runners without asking them anything
+# (Judge._workload, RunnerHandle.close): whatever a runner does then (a hanging call) must not hold the judge.
+_ending = False
+
+
+def _on_sigterm(*_) -> None:
+    global _ending
+    if _ending:
+        return  # a second SIGTERM (the server's, then the parent-death signal) must not cut the way out short
+    _ending = True
+    sys.exit(143)
+
+
 def _end_with_parent(sig: int) -> None:
     """The judge runs in a session of its own (so that killing it ends its runners too); should the process
     that started it die (a killed run), the kernel sends it `sig`: no evaluation outlives its caller."""
@@ -968,7 +993,7 @@ def judge_main(request_path: str, progress_path: str) -> int:
     from evoteam import hardware
     from evoteam.errors import UserError
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the runners are ended on the way out
+    signal.signal(signal.SIGTERM, _on_sigterm)  # unwinds: the runners are ended on the way out
     _end_with_parent(signal.SIGTERM)
     # the judge's life from its spawn (the executor's clock, where it says; else from here)
     born = float(os.environ.get("EVOTEAM_JUDGE_SPAWNED", "0")) or time.time()
