@@ -70,17 +70,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, command: bool = False) -> int:
+    """`command`: this process is `python -m evoteam.bench` itself (its judge server may be forked from it)."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from evoteam.harness import judge_server
 
     try:
-        return exit_code_of("evoteam.bench", lambda: run(args))
+        return exit_code_of("evoteam.bench", lambda: run(args, command))
     finally:
         judge_server.close_all()  # nothing of the evaluation runs on once the command has returned
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, command: bool = False) -> int:
     from evoteam.config import ExecutorConfig, ExecutorKind
     from evoteam.harness.candidate import solution_label
     from evoteam.harness.executor import evaluate
@@ -111,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     for path, flag in ((args.traces, "--traces"), (args.json, "--json")):
         if path is not None:
             check_output_file(path, flag)
+    if command:
+        _prestart_judge_server(target)
     naming = f"; traces name it {traced}" if args.traces else ""
     rule = "flashinfer-bench's" if args.fib_rule else "evoteam's"
     print(f"evoteam.bench: {name} on {target.describe()}; baseline {args.baseline} {request.baseline_options or ''}; "
@@ -162,7 +165,19 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r.status == Status.PASSED for r in outcome.results) else 1
 
 
+def _prestart_judge_server(target) -> None:
+    """The judges' server forked now, as `python -m evoteam` forks its own (mainjob._prestart_judge_server): 1.2 s of
+    CPU less than a server started at the evaluation, which imports PyTorch and the harness again. Where
+    `judge_server.fork_refusal` finds something against it (a thread, a GPU build of PyTorch, Triton imported), or the
+    executor is not local, the server starts at the evaluation, as before. Only in the command's own process: a caller
+    of `main` (a test) may have patched the harness's modules."""
+    from evoteam.harness import judge_server
+
+    if target.executor.kind == "local" and judge_server.enabled() and judge_server.fork_refusal(sys.executable) is None:
+        judge_server.prestart()
+
+
 if __name__ == "__main__":
     from evoteam import process_exit
 
-    process_exit.run(main)
+    process_exit.run(main, None, True)

@@ -133,7 +133,10 @@ def mlflow_server(db: Path, artifacts: Path, log_path: Path, timeout_s: float = 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     hosts = f"127.0.0.1:{port},localhost:{port},{UI_HOST}:{port}"
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    # MLflow's server-side jobs off, as mlflow/server.sh has them: the pages need none, and their huey consumers took
+    # more CPU than the server and the browser together (24 CPU-s of a 45 CPU-s shoot, 2-core development VM)
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
             "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
             "--allowed-hosts", hosts, "--cors-allowed-origins", f"http://{UI_HOST}:{port}"]
