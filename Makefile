@@ -49,11 +49,13 @@ run: $(VENV)/.installed sandbox
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 
-# The tests run in parallel (pytest-xdist): three workers for two cores, since a test waits on its subprocesses about
-# half of the time (measured: 54% CPU use at one worker a core); tests/conftest.py keeps the files with costly module
-# fixtures whole on one worker. TEST_WORKERS=0 runs them in this process, one after another. The slowest 30 are listed
+# The tests run in parallel (pytest-xdist): two workers a core, since a test waits on its subprocesses (runners,
+# servers, clusters) much of the time; tests/conftest.py keeps the files with costly module fixtures whole on one
+# worker. Fresh-clone .ci/run on the 2-core machine, 2026-12-06, one run each: 3 workers pytest 773 s, 4 workers
+# 687 s (the CPU 99-100% busy mid-run), 5 workers 794 s (this VM's speed varies from run to run: compare with care).
+# TEST_WORKERS=0 runs them in this process, one after another. The slowest 30 are listed
 # at the end: where the suite's time goes, in every CI log.
-TEST_WORKERS ?= $(shell echo $$(( ($$(nproc) * 3 + 1) / 2 )))
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 test: lint sandbox
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(ARGS)
 
