@@ -51,8 +51,9 @@ lint: $(VENV)/.installed-dev
 
 # The tests run in parallel (pytest-xdist): two workers a core, since a test waits on its subprocesses (runners,
 # servers, clusters) much of the time; tests/conftest.py keeps the files with costly module fixtures whole on one
-# worker. Fresh-clone .ci/run on the 2-core machine, 2026-12-06, one run each: 3 workers pytest 773 s, 4 workers
-# 687 s (the CPU 99-100% busy mid-run), 5 workers 794 s (this VM's speed varies from run to run: compare with care).
+# worker. Fresh-clone .ci/run on the 2-core machine, 2026-12-06: 3 workers pytest 773 s; 4 workers 687 s and 770 s
+# (the CPU 99-100% busy mid-run); 5 workers 794 s. This VM's speed varies from run to run by about 10%: 4 is at worst
+# no slower than 3.
 # TEST_WORKERS=0 runs them in this process, one after another. The slowest 30 are listed
 # at the end: where the suite's time goes, in every CI log.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
