@@ -112,8 +112,10 @@ def run(args: argparse.Namespace, command: bool = False) -> int:
     for path, flag in ((args.traces, "--traces"), (args.json, "--json")):
         if path is not None:
             check_output_file(path, flag)
-    if command:
-        _prestart_judge_server(target)
+    if command:  # its judge server forked now, as `python -m evoteam` forks its own (mainjob.run)
+        from evoteam.harness import judge_server
+
+        judge_server.prestart_for_command(target.executor.kind)
     naming = f"; traces name it {traced}" if args.traces else ""
     rule = "flashinfer-bench's" if args.fib_rule else "evoteam's"
     print(f"evoteam.bench: {name} on {target.describe()}; baseline {args.baseline} {request.baseline_options or ''}; "
@@ -163,18 +165,6 @@ def run(args: argparse.Namespace, command: bool = False) -> int:
     if lost:
         raise UserError("; ".join(lost))
     return 0 if all(r.status == Status.PASSED for r in outcome.results) else 1
-
-
-def _prestart_judge_server(target) -> None:
-    """The judges' server forked now, as `python -m evoteam` forks its own (mainjob._prestart_judge_server): 1.2 s of
-    CPU less than a server started at the evaluation, which imports PyTorch and the harness again. Where
-    `judge_server.fork_refusal` finds something against it (a thread, a GPU build of PyTorch, Triton imported), or the
-    executor is not local, the server starts at the evaluation, as before. Only in the command's own process: a caller
-    of `main` (a test) may have patched the harness's modules."""
-    from evoteam.harness import judge_server
-
-    if target.executor.kind == "local" and judge_server.enabled() and judge_server.fork_refusal(sys.executable) is None:
-        judge_server.prestart()
 
 
 if __name__ == "__main__":

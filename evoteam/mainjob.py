@@ -200,7 +200,12 @@ def run(cfg: DictConfig, command: bool = False) -> float | None:
         print(CPU_FIGURES, flush=True)
     _check_cli_agents(cfg)
     if command:
-        _prestart_judge_server(target)
+        # the judges' server forked now, before the tracker's and an LLM client's threads start: 1.2 s of CPU less
+        # than one started at the first evaluation. Only in the command's own process: a caller of `run` (a test)
+        # may have patched the harness's modules.
+        from evoteam.harness import judge_server
+
+        judge_server.prestart_for_command(target.executor.kind)
     from evoteam.team import inherit
 
     inheritance = None if run_dir else inherit.resolve(cfg.workspace.inherit, target.task, target.hw)
@@ -254,17 +259,6 @@ def run(cfg: DictConfig, command: bool = False) -> float | None:
         llm.continue_after_checkpoint()
     _search(team_run, tracker, run_dir)
     return _final(team_run, target, tracker, run_dir)
-
-
-def _prestart_judge_server(target: Target) -> None:
-    """The judges' server forked now, where it can be (evoteam.harness.judge_server.fork_refusal: among others, no
-    thread runs yet; the tracker's and an LLM client's start below): 1.2 s of CPU less than a server started at the
-    first evaluation, which imports PyTorch and the harness again. Where it cannot, it starts then, as before. Only in
-    the command's own process: a caller of `run` (a test) may have patched the harness's modules."""
-    from evoteam.harness import judge_server
-
-    if target.executor.kind == "local" and judge_server.enabled() and judge_server.fork_refusal(sys.executable) is None:
-        judge_server.prestart()
 
 
 def _search(team_run, tracker, run_dir: Path) -> None:

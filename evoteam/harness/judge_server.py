@@ -87,6 +87,14 @@ def prestart(python: str = sys.executable) -> None:
         JudgeServer.get(python, fork=True)
 
 
+def prestart_for_command(executor_kind: str) -> None:
+    """What a command (`python -m evoteam`, `python -m evoteam.bench`) calls once it knows its target, in its own
+    process: its server forked now (`prestart`) where its executor is local and `fork_refusal` finds nothing against
+    it; else nothing now, and the server starts at the first evaluation, as for any caller."""
+    if executor_kind == "local" and enabled() and fork_refusal(sys.executable) is None:
+        prestart()
+
+
 class ServerGone(RuntimeError):
     """The server process ended (or never started); the caller starts judges another way or a new server."""
 
