@@ -262,14 +262,10 @@ class Judge:
         for handle in (self.candidate, self.baseline):
             if handle is not None:
                 self.logs.append(f"=== {handle.kind} runner ===\n{handle.logs()}")
-                if _ending:
-                    handle.kill()  # no goodbye: it could wait 5 s on a runner that does not answer
-                handle.close()
+                handle.close(goodbye=not _ending)  # being ended: no 5 s wait on a runner that does not answer
         for handle in self.spawned:  # one the judge was still starting (a frozen runner does not end on its own)
             if not handle.dead and handle not in (self.candidate, self.baseline):
-                if _ending:
-                    handle.kill()
-                handle.close()
+                handle.close(goodbye=not _ending)
         self.candidate = self.baseline = None
         self.spawned = []
 
@@ -940,7 +936,7 @@ def _parses(source: str) -> bool:
 
 
 # Set by the first SIGTERM: the judge is being ended. On the way out it ends its runners without asking them anything
-# (Judge._workload, RunnerHandle.close): whatever a runner does then (a hanging call) must not hold the judge.
+# (Judge._workload, Judge._close_runners): whatever a runner does then (a hanging call) must not hold the judge.
 _ending = False
 
 

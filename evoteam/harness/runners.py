@@ -193,8 +193,9 @@ class RunnerHandle:
             self.dead = True
             self.process.kill()
 
-    def close(self) -> None:
-        if not self.dead:
+    def close(self, goodbye: bool = True) -> None:
+        """End the runner: asked to exit first (up to 5 s) unless not `goodbye` (a judge being ended asks nothing)."""
+        if goodbye and not self.dead:
             try:
                 self.thaw()
                 self.channel.send({"op": "exit"})
