@@ -14,7 +14,7 @@ everything timed under graph replay (20 x [L2 flush, call] minus the flushes alo
       sorted         the same pages in ascending order
       compact        a random permutation of pages 0 .. N-1 (as random, over a footprint of N pages)
       contiguous     pages 0 .. N-1 in order (a stream through the same kernel)
-  flashinfer         FlashInfer with plan() cached, and each kernel file given (.py as the sweep loads it, .cu built by torch's extension loader) (default: the MLA champion)
+  flashinfer         FlashInfer with plan() cached, and each kernel file given (default: the MLA champion; a .cu built by torch's extension loader)
 ", clean L2": the same call after the flush and a read of 2x L2 of other data, minus that read: the
 flush (a memset) leaves L2 full of dirty lines that the timed call otherwise writes back.
 Each line: time, compulsory bytes (task.min_bytes for the decoders, the gathered bytes and indices for
