@@ -33,7 +33,7 @@ import numpy
 
 from evoteam.errors import EXIT_BAD_INPUT, UserError
 from evoteam.harness.model import geomean
-from evoteam.tracking.plots import pyplot, save_axes
+from evoteam.tracking.plots import figure, save_axes
 from evoteam.tracking.store import (
     DEFAULT_EXPERIMENT,
     DEFAULT_URI,
@@ -282,59 +282,51 @@ def csv_text(table: list[Row]) -> str:
 def plot_speedups(table: list[Row], path: Path, title: str) -> None:
     """Grouped bars: final geomean speedup per team preset (and hardware/task), equal vs extra, with the 95%
     interval over each cell's runs as error bars."""
-    plt = pyplot()
     labels = [r.team if len({(x.hardware, x.task) for x in table}) == 1 else f"{r.team}\n{r.hardware}/{r.task}"
               for r in table]
-    fig, ax = plt.subplots(figsize=(max(6.4, 1.2 * len(table) + 2), 4.2), dpi=100)
-    try:
-        width = 0.38
-        for i, mode in enumerate(MODES):
-            xs = [j + (i - 0.5) * width for j in range(len(table))]
-            ys = [r.cells[mode].geomean or 0.0 for r in table]
-            # the 95% interval over the cell's runs as an error bar (none for a single run)
-            errs = [[max(0.0, y - (r.cells[mode].interval.low or y)) if r.cells[mode].interval else 0.0
-                     for y, r in zip(ys, table)],
-                    [max(0.0, (r.cells[mode].interval.high or y) - y) if r.cells[mode].interval else 0.0
-                     for y, r in zip(ys, table)]]
-            bars = ax.bar(xs, ys, width, label=f"{mode} budget", yerr=errs, capsize=3)
-            for bar, r in zip(bars, table):
-                v = r.cells[mode].geomean
-                ax.annotate(_num(v, ".2f", "x"), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            ha="center", va="bottom", fontsize=7)
-        if max((c.geomean or 0.0) for r in table for c in r.cells.values()) >= 0.5:
-            ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-        ax.set_xticks(range(len(table)), labels, fontsize=8)
-        ax.set_ylabel("final geomean speedup vs baseline (x)")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
+    fig, ax = figure(max(6.4, 1.2 * len(table) + 2), 4.2)
+    width = 0.38
+    for i, mode in enumerate(MODES):
+        xs = [j + (i - 0.5) * width for j in range(len(table))]
+        ys = [r.cells[mode].geomean or 0.0 for r in table]
+        # the 95% interval over the cell's runs as an error bar (none for a single run)
+        errs = [[max(0.0, y - (r.cells[mode].interval.low or y)) if r.cells[mode].interval else 0.0
+                 for y, r in zip(ys, table)],
+                [max(0.0, (r.cells[mode].interval.high or y) - y) if r.cells[mode].interval else 0.0
+                 for y, r in zip(ys, table)]]
+        bars = ax.bar(xs, ys, width, label=f"{mode} budget", yerr=errs, capsize=3)
+        for bar, r in zip(bars, table):
+            v = r.cells[mode].geomean
+            ax.annotate(_num(v, ".2f", "x"), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=7)
+    if max((c.geomean or 0.0) for r in table for c in r.cells.values()) >= 0.5:
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(table)), labels, fontsize=8)
+    ax.set_ylabel("final geomean speedup vs baseline (x)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
 
 
 def plot_tokens(rows: list[RunRow], path: Path, title: str) -> None:
     """Every run: final speedup against tokens spent, by team preset and budget mode."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
-    try:
-        markers = {"equal": "o", "extra": "^"}
-        teams = sorted({r.team for r in rows}, key=lambda t: (TEAM_ORDER.get(t, 9), t))
-        colours = {t: f"C{i}" for i, t in enumerate(teams)}
-        for r in rows:
-            if r.geomean is None:
-                continue
-            ax.scatter(r.tokens, r.geomean, marker=markers.get(r.budget, "s"), color=colours[r.team],
-                       label=f"{r.team}, {r.budget}")
-        handles, names = ax.get_legend_handles_labels()
-        unique = dict(zip(names, handles))
-        if unique:
-            ax.legend(unique.values(), unique.keys(), fontsize=7)
-        if max((r.geomean or 0.0) for r in rows) >= 0.5:
-            ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-        save_axes(fig, ax, "tokens spent (prompt + completion)", "final geomean speedup (x)", title, path)
-    finally:
-        plt.close(fig)
+    fig, ax = figure(6.4, 4.2)
+    markers = {"equal": "o", "extra": "^"}
+    teams = sorted({r.team for r in rows}, key=lambda t: (TEAM_ORDER.get(t, 9), t))
+    colours = {t: f"C{i}" for i, t in enumerate(teams)}
+    for r in rows:
+        if r.geomean is None:
+            continue
+        ax.scatter(r.tokens, r.geomean, marker=markers.get(r.budget, "s"), color=colours[r.team],
+                   label=f"{r.team}, {r.budget}")
+    handles, names = ax.get_legend_handles_labels()
+    unique = dict(zip(names, handles))
+    if unique:
+        ax.legend(unique.values(), unique.keys(), fontsize=7)
+    if max((r.geomean or 0.0) for r in rows) >= 0.5:
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    save_axes(fig, ax, "tokens spent (prompt + completion)", "final geomean speedup (x)", title, path)
 
 
 def plot_progress(client, runs: list[RunRow], path: Path, title: str) -> bool:
@@ -351,24 +343,20 @@ def plot_progress(client, runs: list[RunRow], path: Path, title: str) -> bool:
             curves.setdefault((r.team, r.budget), []).append({int(m.step): float(m.value) for m in history})
     if not curves:
         return False
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
-    try:
-        for i, ((team, budget), series) in enumerate(sorted(curves.items())):
-            steps = sorted({s for c in series for s in c})
-            # each run's running best carried forward to every step (a run that ended earlier keeps its last)
-            filled = [[max([v for k, v in c.items() if k <= s], default=float("nan")) for s in steps] for c in series]
-            rows = numpy.array(filled, dtype=float)
-            with numpy.errstate(all="ignore"):
-                mid, low, high = (numpy.nanmedian(rows, 0), numpy.nanmin(rows, 0), numpy.nanmax(rows, 0))
-            style = "-" if budget == "equal" else "--"
-            ax.plot(steps, mid, style, color=f"C{i}", label=f"{team}, {budget} ({len(series)} runs)")
-            ax.fill_between(steps, low, high, color=f"C{i}", alpha=0.2)
-        ax.legend(fontsize=7)
-        save_axes(fig, ax, "evaluations", "best verified geomean speedup (x)",
-                  f"{title}\nlines: the median over seeds; bands: their range", path)
-    finally:
-        plt.close(fig)
+    fig, ax = figure(6.4, 4.2)
+    for i, ((team, budget), series) in enumerate(sorted(curves.items())):
+        steps = sorted({s for c in series for s in c})
+        # each run's running best carried forward to every step (a run that ended earlier keeps its last)
+        filled = [[max([v for k, v in c.items() if k <= s], default=float("nan")) for s in steps] for c in series]
+        rows = numpy.array(filled, dtype=float)
+        with numpy.errstate(all="ignore"):
+            mid, low, high = (numpy.nanmedian(rows, 0), numpy.nanmin(rows, 0), numpy.nanmax(rows, 0))
+        style = "-" if budget == "equal" else "--"
+        ax.plot(steps, mid, style, color=f"C{i}", label=f"{team}, {budget} ({len(series)} runs)")
+        ax.fill_between(steps, low, high, color=f"C{i}", alpha=0.2)
+    ax.legend(fontsize=7)
+    save_axes(fig, ax, "evaluations", "best verified geomean speedup (x)",
+              f"{title}\nlines: the median over seeds; bands: their range", path)
     return True
 
 

@@ -56,10 +56,19 @@ def evoteam_cli():
     return run_evoteam
 
 
+@pytest.fixture(scope="session")
+def _mlflow_templates(tmp_path_factory):
+    return tmp_path_factory.mktemp("mlflow-templates")
+
+
 @pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """Baseline-timing caches and run folders of the tests stay out of the user's home."""
-    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+def _private_cache(tmp_path_factory, monkeypatch, _mlflow_templates):
+    """Baseline-timing caches and run folders of the tests stay out of the user's home, each test's its own; the
+    empty MLflow store new stores are copied from (a fact of the installed MLflow, evoteam.tracking.store) is
+    shared by the session's tests, as by a user's runs."""
+    cache = tmp_path_factory.mktemp("cache")
+    (cache / "mlflow").symlink_to(_mlflow_templates)
+    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(cache))
 
 
 def seed_kernel(task):

@@ -211,6 +211,42 @@ def test_tracking_none_and_an_unreachable_server(tmp_path):
         tracking.Tracker(f"http://127.0.0.1:{port}", "evoteam", tmp_path).start()
 
 
+def test_a_new_sqlite_store_is_a_copy_of_mlflows_empty_one_and_an_existing_store_is_left_alone(tmp_path, monkeypatch):
+    import sqlite3
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path / "cache"))
+
+    def schema(db):
+        with sqlite3.connect(db) as con:
+            return (sorted(con.execute("SELECT type, name, sql FROM sqlite_master")),
+                    con.execute("SELECT version_num FROM alembic_version").fetchall())
+
+    made, seeded, again = (f"sqlite:///{tmp_path / name}.db" for name in ("made", "seeded", "again"))
+    MlflowClient(tracking_uri=made).search_experiments()  # a store MLflow builds itself
+    tracking.seed_sqlite_store(seeded)
+    template = next((tmp_path / "cache" / "mlflow").glob("empty-*.db"))
+    assert schema(tmp_path / "seeded.db") == schema(tmp_path / "made.db")
+    stamp = template.stat().st_mtime_ns
+    tracking.seed_sqlite_store(again)  # the template is made once
+    assert template.stat().st_mtime_ns == stamp and (tmp_path / "again.db").stat().st_size == template.stat().st_size
+    # opened, the copy is a store like the one MLflow made: its Default experiment is its own
+    for uri in (made, seeded):
+        client = MlflowClient(tracking_uri=uri)
+        assert [(e.experiment_id, e.name) for e in client.search_experiments()] == [("0", "Default")]
+        assert client.get_experiment("0").artifact_location == str(tmp_path / "mlruns" / "0")
+        experiment_id = tracking.get_or_create_experiment(client, "evoteam", uri)
+        client.create_run(experiment_id)
+    # a store that is there is never replaced
+    before = (tmp_path / "seeded.db").read_bytes()
+    tracking.seed_sqlite_store(seeded)
+    assert (tmp_path / "seeded.db").read_bytes() == before
+    # where the cache cannot be used, nothing is made and nothing fails: MLflow builds the store
+    monkeypatch.setenv("EVOTEAM_CACHE_DIR", str(tmp_path / "made.db"))  # a file, not a folder
+    tracking.seed_sqlite_store(f"sqlite:///{tmp_path / 'later.db'}")
+    assert not (tmp_path / "later.db").exists() and not list(tmp_path.glob(".later.db.*"))
+
+
 # ---------------------------------------------------------------------- a real offline CPU sweep
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):

@@ -31,7 +31,7 @@ Modules: `store` (where the store is, its experiments, names), `tracker` (Tracke
 mlflow is imported on first use only.
 """
 
-from evoteam.tracking.plots import plot_steps, pyplot, save_axes
+from evoteam.tracking.plots import figure, plot_steps, save_axes
 from evoteam.tracking.store import (
     ARTIFACTS_DIR,
     DEFAULT_EXPERIMENT,
@@ -46,10 +46,11 @@ from evoteam.tracking.store import (
     get_or_create_experiment,
     load_mlflow,
     resolve_uri,
+    seed_sqlite_store,
     sqlite_path,
 )
 from evoteam.tracking.tracker import NullTracker, Tracker, open_tracker
 
 __all__ = ["ARTIFACTS_DIR", "DEFAULT_EXPERIMENT", "DEFAULT_URI", "KIND", "RUN_FILE", "SWEEP", "NullTracker", "Tracker",
            "check_reachable", "check_store_writable", "current_sweep_id", "flatten", "get_or_create_experiment", "load_mlflow",
-           "open_tracker", "plot_steps", "pyplot", "resolve_uri", "save_axes", "sqlite_path"]
+           "figure", "open_tracker", "plot_steps", "resolve_uri", "save_axes", "seed_sqlite_store", "sqlite_path"]

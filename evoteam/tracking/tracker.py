@@ -27,6 +27,7 @@ from evoteam.tracking.store import (
     load_mlflow,
     metric_name,
     resolve_uri,
+    seed_sqlite_store,
     ui_hint,
 )
 
@@ -87,6 +88,7 @@ class Tracker(NullTracker):
 
         check_reachable(self.tracking_uri)
         check_store_writable(self.tracking_uri)
+        seed_sqlite_store(self.tracking_uri)
         try:
             self.client = MlflowClient(tracking_uri=self.tracking_uri)
             self.experiment_id = get_or_create_experiment(self.client, self.experiment, self.tracking_uri)
