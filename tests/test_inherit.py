@@ -193,7 +193,9 @@ def test_a_run_stopped_while_it_measures_the_champion_measures_it_on_resume_unch
                             stderr=subprocess.STDOUT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     dispatched = run_dir / "workspace" / "dispatched.jsonl"
     deadline = time.monotonic() + 120
-    while not dispatched.is_file():
+    # a whole line: the file is created an instant before its record is written, and a Ctrl-C in between stops a
+    # run before anything was dispatched (which the resumed run then measures without a word of anything in flight)
+    while not (dispatched.is_file() and dispatched.read_bytes().endswith(b"\n")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
