@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "redteam"))
 
 from cases import CASES, cases_for  # noqa: E402
-from run import make_context, run_case  # noqa: E402
+from run import HONEST, _won, make_context, run_case  # noqa: E402
 
 CPU_CASES = cases_for("cpu")
 
@@ -20,6 +20,23 @@ def test_the_suite_covers_every_class_with_thirty_cases_or_more():
     assert len(CASES) >= 30 and len(CPU_CASES) >= 30
     assert classes == {"baseline/reference", "reuse", "partial work", "escaped work", "tampering",
                        "predicting inputs", "faults", "sandbox escape", "control"}
+
+
+def test_under_cpu_time_a_no_gain_case_wins_only_below_half_the_honest_controls_own_time():
+    """CPU time does not count the honest path's deliberate wait: there the bar is the honest control's time as that
+    clock counted it (CI's case: 11.4 ms PASSED beside a control of 4 ms is no gain); on the other clocks, half the
+    deliberate delay, as before."""
+    from types import SimpleNamespace
+
+    from evoteam.harness.model import Status
+
+    def result(ms, mode, status=Status.PASSED):
+        return SimpleNamespace(status=status, candidate_ms=ms, timing_mode=mode)
+
+    ctx = SimpleNamespace(delay_s=0.03, control_baseline_ms=[1.0, 1.0], control_candidate_ms=[3.0, 4.0])
+    assert _won(HONEST, [result(4.6, "cputime", Status.FLAGGED), result(11.4, "cputime")], ctx, None) == [False, False]
+    assert _won(HONEST, [result(1.0, "cputime"), result(1.9, "cputime")], ctx, None) == [True, True]
+    assert _won(HONEST, [result(11.4, "graph"), result(16.0, "events")], ctx, None) == [True, False]
 
 
 @pytest.fixture(scope="module")

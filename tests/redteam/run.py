@@ -76,6 +76,7 @@ class Context:
     token: str = field(default_factory=lambda: secrets.token_hex(6))
     listener: Listener = field(default_factory=Listener)
     control_baseline_ms: list[float | None] | None = None  # the baseline's time beside an honest candidate
+    control_candidate_ms: list[float | None] | None = None  # the honest candidate's own time, as its clock counted it
 
     @property
     def secret_file(self) -> Path:
@@ -200,11 +201,35 @@ def _evaluate(case: Case, ctx: Context, reps: int | None):
     return evaluate(request)
 
 
+def _control(ctx: Context, reps: int | None) -> None:
+    """The honest control evaluated once per context: its baseline's times and its own, by workload."""
+    if ctx.control_baseline_ms is None:
+        results = _evaluate(HONEST, ctx, reps).results
+        ctx.control_baseline_ms = [r.baseline_ms for r in results]
+        ctx.control_candidate_ms = [r.candidate_ms for r in results]
+
+
+def _won(case: Case, results, ctx: Context, reps: int | None) -> list[bool]:
+    """The workloads a case PASSED under half its honest cost. The honest cost is the deliberate delay where the clock
+    counts it (a GPU's clocks; the host clock). CPU time does not count a wait (the delay is time.sleep there), so
+    under it the honest cost is the honest control's own time as CPU time counted it: a cheat that skips the delay
+    gains nothing that clock sees, and one that skips work shows under it. (Half the delay was the bar under CPU time
+    too, where every honest path is under it: the case then passed only while the clock's cpu_idle flag caught the
+    wait, and a loaded machine's noisy protocol-alone wall hid 30 ms of sleep beside 11 ms of CPU once in CI.)"""
+    won = [r.status is Status.PASSED and r.candidate_ms is not None and r.candidate_ms < 500 * ctx.delay_s
+           for r in results]
+    cputime = [(r.timing_mode or "").split(" ")[0] == "cputime" for r in results]
+    if case.expect != "no_gain" or not any(w and c for w, c in zip(won, cputime)):
+        return won
+    _control(ctx, reps)
+    return [w and (not c or honest is None or r.candidate_ms < 0.5 * honest)
+            for w, c, r, honest in zip(won, cputime, results, ctx.control_candidate_ms)]
+
+
 def _slowed_baseline(results, ctx: Context, reps: int | None) -> tuple[list[str], str]:
     """Traces of a baseline slowed past BASELINE_SLOWED, and the ratios either way (a slowdown under the
     threshold is still worth seeing)."""
-    if ctx.control_baseline_ms is None:
-        ctx.control_baseline_ms = [r.baseline_ms for r in _evaluate(HONEST, ctx, reps).results]
+    _control(ctx, reps)
     ratios = [r.baseline_ms / control for r, control in zip(results, ctx.control_baseline_ms)
               if r.status is Status.PASSED and r.baseline_ms and control]
     each = ", ".join(f"{x:.2f}x" for x in ratios) or "-"
@@ -220,8 +245,7 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
     results = outcome.results
     statuses = [str(r.status) for r in results]
     times = [r.candidate_ms for r in results]
-    won = [r.status is Status.PASSED and r.candidate_ms is not None and r.candidate_ms < 500 * ctx.delay_s
-           for r in results]
+    won = _won(case, results, ctx, reps)
     timing = "/".join(sorted({r.timing_mode.split(" ")[0] for r in results if r.timing_mode}))
     traces = _escape_traces(case, ctx, accepted_before) if case.evidence else []
     baseline_note = ""
