@@ -109,7 +109,7 @@ def seed_sqlite_store(uri: str) -> None:
     migrations, 0.7 of a tracked main job's 10 CPU-s on the 2-core development VM, where opening a copy takes 0.02.
     The copy is the migrated store less its Default experiment, which MLflow adds on opening it, with this store's
     artifact location. The copy is linked into place, so a store some other process made first is never replaced.
-    Nothing else is or is not: where the cache cannot be used, MLflow builds the store as before."""
+    Where the cache cannot be used, nothing is copied and MLflow builds the store as before."""
     path = sqlite_path(uri)
     if path is None or path.exists():
         return
@@ -135,13 +135,12 @@ def _empty_store() -> Path:
 
     from evoteam.resources import cache_root
 
-    mlflow = load_mlflow()
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
     folder = cache_root() / "mlflow"
-    template = folder / f"empty-{mlflow.__version__}.db"
+    template = folder / f"empty-{load_mlflow().__version__}.db"
     if template.is_file():
         return template
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # only to make the template
+
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         db = Path(scratch) / "store.db"
