@@ -20,6 +20,7 @@ task. The file's own PARAMS is one of the points: the family's default.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import json
 import math
@@ -55,7 +56,7 @@ class Family:
     @property
     def uses_triton(self) -> bool:
         """Whether the kernel file imports Triton (on a target that interprets Triton, its speed means nothing)."""
-        tree = ast.parse(self.path.read_text())
+        tree = _parsed(self.path.read_text(), str(self.path))
         return any(isinstance(node, ast.Import) and any(a.name.split(".")[0] == "triton" for a in node.names)
                    or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "triton"
                    for node in ast.walk(tree))
@@ -66,7 +67,7 @@ class Family:
     @property
     def reads_dispatch(self) -> bool:
         """Whether the file has a DISPATCH table (a point per workload shape, read by its `params_for`)."""
-        return _assignment(ast.parse(self.path.read_text()), DISPATCH_NAME, str(self.path)) is not None
+        return _assignment(_parsed(self.path.read_text(), str(self.path)), DISPATCH_NAME, str(self.path)) is not None
 
     @property
     def size(self) -> int:
@@ -104,6 +105,13 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed(source: str, filename: str) -> ast.Module:
+    """A kernel file's syntax tree, read-only: a sweep or a test reads and rewrites one family's source many times,
+    and parsing it is most of that cost."""
+    return ast.parse(source, filename=filename)
+
+
 def _assignment(tree: ast.Module, name: str, filename: str) -> ast.expr | None:
     """The value of the one module-level assignment to `name`, or None; more than one is an error."""
     found = []
@@ -132,7 +140,7 @@ def _params_node(tree: ast.Module, filename: str) -> ast.Dict:
 
 def read_params(source: str, filename: str = "<kernel>") -> dict[str, Any]:
     """The PARAMS literal of a kernel file's source."""
-    node = _params_node(ast.parse(source, filename=filename), filename)
+    node = _params_node(_parsed(source, filename), filename)
     try:
         params = ast.literal_eval(node)
     except ValueError as exc:
@@ -171,7 +179,7 @@ def py_literal(value: Any, indent: int = 0) -> str:
 def set_literal(source: str, name: str, value: Any, filename: str = "<kernel>") -> str:
     """`source` with the value of its module-level `name = <literal>` rewritten to `value`; nothing
     else in the text changes. The one literal rewriter: PARAMS (`apply_params`), DISPATCH (a champion)."""
-    node = _assignment(ast.parse(source, filename=filename), name, filename)
+    node = _assignment(_parsed(source, filename), name, filename)
     if node is None:
         raise ValueError(f"{filename}: no module-level assignment to {name}")
     # ast gives (line, UTF-8 byte offset within the line); lines end at "\n" (or "\r\n").

@@ -76,7 +76,7 @@ def load_module_from_path(path: Path, name: str | None = None) -> ModuleType:
     # Registered before exec so that dataclasses and Triton's source inspection can find it.
     sys.modules[mod_name] = module
     spec.loader.exec_module(module)
-    triton_interpreter.skip_repeated_patching()  # a kernel file under TRITON_INTERPRET=1: its device calls cheaper
+    triton_interpreter.apply()  # a kernel file under TRITON_INTERPRET=1: the interpreter cheaper, its results the same
     return module
 
 

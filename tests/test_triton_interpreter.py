@@ -1,5 +1,6 @@
 """evoteam.triton_interpreter: under TRITON_INTERPRET=1, a kernel file loaded by evoteam runs with fewer of the
-interpreter's language scans and gives the same results, bit for bit, as the interpreter left as it is."""
+interpreter's language scans and cheaper dtype lookups and bf16 <-> fp32 conversions, and gives the same results, bit
+for bit, as the interpreter left as it is."""
 
 import json
 import os
@@ -54,7 +55,7 @@ def test_a_kernel_loaded_by_evoteam_scans_less_and_computes_the_same():
 
 
 def test_nothing_is_patched_without_the_interpreter_or_triton():
-    code = ("import sys; from evoteam import triton_interpreter as t; a = t.skip_repeated_patching(); "
+    code = ("import sys; from evoteam import triton_interpreter as t; a = t.apply(); "
             "print(a, 'triton' in sys.modules)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
@@ -62,3 +63,61 @@ def test_nothing_is_patched_without_the_interpreter_or_triton():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "TRITON_INTERPRET": "1"},
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["False", "False"], out.stderr[-2000:]  # on, but no kernel imported triton
+
+
+EQUAL = r"""
+import numpy as np
+import triton.language as tl
+import triton.runtime.interpreter as interpreter
+from evoteam import triton_interpreter
+
+convert, np_dtype = interpreter._convert_float, interpreter._get_np_dtype
+assert triton_interpreter.apply() and triton_interpreter.apply()  # the second call changes nothing more
+fast_convert, fast_np_dtype = interpreter._convert_float, interpreter._get_np_dtype
+assert fast_convert is not convert and fast_np_dtype is not np_dtype
+rtz, rtne = interpreter._ir.ROUNDING_MODE.RTZ, interpreter._ir.ROUNDING_MODE.RTNE
+
+def same(data, src, dst, rounding):
+    want, got = convert(data, src, dst, rounding), fast_convert(data, src, dst, rounding)
+    assert want.dtype == got.dtype and want.shape == got.shape, (want.dtype, got.dtype, want.shape, got.shape)
+    assert np.array_equal(want, got), (src, dst, rounding, np.flatnonzero(want != got)[:5])
+    return got
+
+# every bf16 pattern; without its subnormals (the shortcut), with them (triton's own), strided, 0-d
+bf16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+subnormal = ((bf16 & 0x7F80) == 0) & ((bf16 & 0x7F) != 0)
+normal = bf16[~subnormal]
+for data in (normal, bf16, normal[:65280].reshape(-1, 4)[:, ::2], normal[5:6].reshape(())):
+    same(data, tl.bfloat16, tl.float32, None)
+# fp32 patterns: every top half (every sign, exponent and bf16 mantissa) with 16 low halves (ties, ends, random)
+rng = np.random.default_rng(0)
+low = np.concatenate([[0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], rng.integers(0, 1 << 16, 10)]).astype(np.uint32)
+fp32 = ((np.arange(1 << 16, dtype=np.uint32) << 16)[:, None] | low[None, :]).ravel()
+subnormal = ((fp32 & 0x7F800000) == 0) & ((fp32 & 0x7FFFFF) != 0)
+normal = fp32[~subnormal]
+for rounding in (None, rtz, rtne):
+    for data in (normal, fp32, normal[: len(normal) // 8 * 8].reshape(-1, 8)[:, 1::3]):
+        same(data.view(np.float32), tl.float32, tl.bfloat16, rounding)
+# other formats are triton's own
+same(rng.standard_normal(64).astype(np.float16), tl.float16, tl.float32, None)
+# the dtype table, scalars and blocks, pointers; an unknown type raises as before
+for ty in (tl.int1, tl.float16, tl.float32, tl.float64, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32,
+           tl.int64, tl.uint64, tl.bfloat16, tl.float8e5, tl.float8e5b16, tl.float8e4nv, tl.float8e4b8,
+           tl.float8e4b15, tl.pointer_type(tl.float32)):
+    for t in (ty, tl.block_type(ty, [4, 8])):
+        assert np_dtype(t) == fast_np_dtype(t), t
+for lookup in (np_dtype, fast_np_dtype):
+    try:
+        lookup(tl.void)
+        raise SystemExit("no error for void")
+    except KeyError:
+        pass
+print("same")
+"""
+
+
+def test_the_dtype_table_and_the_bf16_fp32_shortcuts_give_what_triton_gives_bit_for_bit():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", EQUAL], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["same"], out.stderr[-3000:]

@@ -206,7 +206,7 @@ class Runner:
             # outside the candidate's try: a fault here is evoteam's, never the candidate's compile error
             from evoteam import triton_interpreter
 
-            triton_interpreter.skip_repeated_patching()  # a Triton candidate on a CPU: same results, less time
+            triton_interpreter.apply()  # a Triton candidate on a CPU: same results, less time
             self.fn = fn
             _freeze_heap()
             return {"ok": True}
