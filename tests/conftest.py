@@ -14,6 +14,8 @@ import pytest
 # threads itself, whatever the caller's environment says (Judge.threads).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import warm_launcher  # noqa: E402
+
 from evoteam.tracking.server import free_port, running  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,10 +47,14 @@ def write_solution(folder: Path, name: str, definition: str, sources: dict[str, 
 
 def run_evoteam(*args: str, cwd: Path | None = None, env: dict | None = None, python: str = sys.executable,
                 timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run `python -m evoteam ARGS` in a fresh process, as a user would."""
+    """Run `python -m evoteam ARGS` to its end in a new process of its own, as a user would: forked from a process
+    that has imported PyTorch, Hydra and matplotlib already, where nothing it is given is read at import
+    (tests/warm_launcher.py; EVOTEAM_TESTS_FRESH=1: every one started afresh)."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([python, "-m", "evoteam", *args], cwd=cwd or REPO, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    return warm_launcher.run(list(args), cwd or REPO, full_env, python, timeout)
+
+
+run_module = warm_launcher.run  # `python -m MODULE ARGS` the same way: run_module(args, cwd, env, module=...)
 
 
 @pytest.fixture
@@ -125,3 +131,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for reason, count in reasons.most_common():
         how = next((h for key, h in HOW_TO_RUN_SKIPPED if key in reason.lower()), "")
         terminalreporter.write_line(f"{count:4d}  {reason[:140]}" + (f"\n      to run them: {how}" if how else ""))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    warm_launcher.close()

@@ -2,19 +2,18 @@
 the interface (every argument with shape and dtype, outputs named), the workloads, the correctness
 and timing rules, the target's facts, the rules and the reference's source, in a few thousand tokens."""
 
-import subprocess
-import sys
 
 import pytest
 
 from evoteam.task import load_task
 
+from conftest import run_module
+
 
 @pytest.mark.parametrize("task_name, hardware", [("mla_decode", "h200"), ("kda_prefill", "h200"),
                                                  ("kda_prefill", "mi350x"), ("mla_decode", "cpu")])
 def test_the_brief_gives_the_interface_the_rules_the_target_and_the_reference(task_name, hardware):
-    out = subprocess.run([sys.executable, "-m", "evoteam.team.brief", "--task", task_name, "--hardware", hardware],
-                         capture_output=True, text=True, timeout=300)
+    out = run_module(["--task", task_name, "--hardware", hardware], module="evoteam.team.brief", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout
     task = load_task(task_name)

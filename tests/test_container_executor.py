@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -23,7 +22,7 @@ from evoteam.harness.container import ContainerExecutor, EngineError, host_confi
 from evoteam.harness.model import EvalRequest
 from evoteam.task import load_task
 
-from conftest import REPO, run_evoteam
+from conftest import REPO, run_evoteam, run_module
 
 CANDIDATES = REPO / "tests" / "data" / "candidates"
 
@@ -267,11 +266,10 @@ def test_main_job_runs_its_evaluations_in_containers(engine, tmp_path):
 def test_bench_runs_its_workers_in_containers(engine, tmp_path):
     url, image, _ = engine
     report = tmp_path / "report.json"
-    result = subprocess.run([sys.executable, "-m", "evoteam.bench", str(CANDIDATES / "mla_torch.py"), "--task",
-                             "mla_decode", "--hardware", "cpu", "--scale", "small", "--workloads", "00cb2bc2",
-                             "--executor", "docker", "--docker-host", url, "--image", image, "--json", str(report)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "EVOTEAM_CACHE_DIR": str(tmp_path / "cache")})
+    result = run_module([str(CANDIDATES / "mla_torch.py"), "--task", "mla_decode", "--hardware", "cpu", "--scale",
+                         "small", "--workloads", "00cb2bc2", "--executor", "docker", "--docker-host", url, "--image",
+                         image, "--json", str(report)], module="evoteam.bench", cwd=tmp_path, timeout=300,
+                        env={**os.environ, "EVOTEAM_CACHE_DIR": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert [r["status"] for r in json.loads(report.read_text())["results"]] == ["PASSED"]
     assert (tmp_path / "cache" / "container" / "evoteam" / "baseline_timings.jsonl").is_file()

@@ -3,8 +3,6 @@ the dev extra), with every blob a workload points to and a solution for every tr
 
 import json
 import math
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -18,7 +16,7 @@ from evoteam.schema import append_traces, load_traces
 from evoteam.task import load_task, scaled_uuid
 from evoteam.trace_writer import solution_name, solution_name_of_file, to_trace
 
-from conftest import REPO
+from conftest import REPO, run_module
 
 fib_data = pytest.importorskip("flashinfer_bench.data", reason="flashinfer-bench comes with `make test`")
 safetensors_torch = pytest.importorskip("safetensors.torch", reason="flashinfer-bench's loader needs safetensors")
@@ -106,13 +104,12 @@ def test_a_bench_output_exports_with_its_solution_and_loads(tmp_path):
     traces = tmp_path / "bench.jsonl"
     mla = load_task("mla_decode")
     uuids = [w.uuid[:8] for w in mla.scaled_workloads("small")[:2]]
-    bench = subprocess.run([sys.executable, "-m", "evoteam.bench", str(CANDIDATE), "--task", "mla_decode",
-                            "--hardware", "cpu", "--scale", "small", "--workloads", *uuids, "--warmup", "0",
-                            "--reps", "2", "--traces", str(traces)], capture_output=True, text=True, timeout=600)
+    bench = run_module([str(CANDIDATE), "--task", "mla_decode", "--hardware", "cpu", "--scale", "small",
+                        "--workloads", *uuids, "--warmup", "0", "--reps", "2", "--traces", str(traces)],
+                       module="evoteam.bench", timeout=600)
     assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
     out = tmp_path / "dataset"
-    missing = subprocess.run([sys.executable, "-m", "evoteam.export", str(out), "--traces", str(traces)],
-                             capture_output=True, text=True, timeout=300)
+    missing = run_module([str(out), "--traces", str(traces)], module="evoteam.export", timeout=300)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     # bench names the kernel by its task and content, unique across tasks
     named = solution_name("mla_decode", CANDIDATE.read_text())
@@ -624,10 +621,9 @@ def test_a_pass_flashinfer_bench_would_not_give_is_exported_as_its_verdict(tmp_p
     traces = {}
     for rule, flags in (("evoteam", []), ("flashinfer-bench", ["--fib-rule"])):
         traces[rule] = tmp_path / f"{rule}.jsonl"
-        bench = subprocess.run([sys.executable, "-m", "evoteam.bench", str(kernel), "--entry", "planted", "--task",
-                                "kda_prefill", "--hardware", "cpu", "--scale", "small", "--workloads",
-                                workload.uuid[:8], "--warmup", "0", "--reps", "2", "--traces", str(traces[rule]),
-                                *flags], capture_output=True, text=True, timeout=600)
+        bench = run_module([str(kernel), "--entry", "planted", "--task", "kda_prefill", "--hardware", "cpu",
+                            "--scale", "small", "--workloads", workload.uuid[:8], "--warmup", "0", "--reps", "2",
+                            "--traces", str(traces[rule]), *flags], module="evoteam.bench", timeout=600)
         assert bench.returncode == (0 if rule == "evoteam" else 1), bench.stdout[-2000:] + bench.stderr[-2000:]
     (own,), (fib,) = load_traces(traces["evoteam"]), load_traces(traces["flashinfer-bench"])
     assert own.evaluation.status == "PASSED" and fib.evaluation.status == "INCORRECT_NUMERICAL", fib.evaluation.log

@@ -17,7 +17,7 @@ from evoteam.harness.model import EvalRequest, Status
 from evoteam.harness.timing import CPU_MAX_FACTOR, median_interval
 from evoteam.task import load_task
 
-from conftest import REPO
+from conftest import REPO, run_module
 
 CANDIDATES = REPO / "tests" / "data" / "candidates"
 # (module code, run() prologue) of a candidate that burns 30 ms of CPU in each of its three checks: too slow for
@@ -161,13 +161,11 @@ def test_unknown_workload_is_an_error_of_the_caller():
 
 
 def test_bench_exit_code_says_whether_every_workload_passed(tmp_path, small_uuids):
-    import subprocess
-    import sys
 
     def bench(candidate):
-        return subprocess.run([sys.executable, "-m", "evoteam.bench", str(candidate), "--task", "mla_decode",
-                               "--hardware", "cpu", "--scale", "small", "--workloads", small_uuids[0][:8],
-                               "--reps", "1", "--warmup", "0"], capture_output=True, text=True, timeout=300)
+        return run_module([str(candidate), "--task", "mla_decode", "--hardware", "cpu", "--scale", "small",
+                           "--workloads", small_uuids[0][:8], "--reps", "1", "--warmup", "0"], module="evoteam.bench",
+                          timeout=300)
 
     good = bench(CANDIDATES / "mla_torch.py")
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]

@@ -2,11 +2,11 @@
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 from evoteam.task import load_task
+
+from conftest import run_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,8 +27,7 @@ def bench_json(path, uuids, baseline_ms, candidate_ms, statuses=None):
 
 
 def run_table(*args):
-    return subprocess.run([sys.executable, "-m", "evoteam.results", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return run_module(list(args), module="evoteam.results", cwd=ROOT, timeout=120)
 
 
 def test_runs_side_by_side(tmp_path):

@@ -2,14 +2,14 @@
 choice with smoothing, merging shards, emitting a champion and building its candidate."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from evoteam import sweep as SW
 from evoteam.errors import UserError
 from evoteam.families import load_champion, load_families, read_params, set_literal
+
+from conftest import run_module
 
 
 def family():
@@ -118,8 +118,7 @@ def test_merge_refuses_mixed_timing_unless_later_files_override(tmp_path, capsys
 
 def test_bad_input_is_one_line(tmp_path):
     def sweep(*args):
-        return subprocess.run([sys.executable, "-m", "evoteam.sweep", *args], capture_output=True, text=True,
-                              timeout=120)
+        return run_module(list(args), module="evoteam.sweep", timeout=120)
 
     for args, message in [(["--task", "nope", "--family", "x"], "not a known task"),
                           (["--task", "mla_decode", "--family", "nope"], "has no family"),

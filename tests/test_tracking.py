@@ -15,7 +15,6 @@ import math
 import os
 import shlex
 import socket
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -46,7 +45,7 @@ from evoteam.team.toolbox import (
     probe_workloads,  # noqa: E402
 )
 
-from conftest import run_evoteam  # noqa: E402
+from conftest import run_evoteam, run_module  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -334,8 +333,7 @@ def test_compare_reads_the_runs_back_into_the_table(sweep):
 
 def test_compare_command_and_its_bad_input(sweep, tmp_path):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "evoteam.compare", *args], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120)
+        return run_module(list(args), module="evoteam.compare", cwd=tmp_path, timeout=120)
 
     ok = cli("--tracking-uri", sweep["uri"], "--sweep-id", "sweep-a", "--no-log")
     assert ok.returncode == 0, ok.stderr
