@@ -10,7 +10,8 @@ from conftest import REPO
 
 
 def test_skips_end_the_run_summarised_by_reason_with_how_to_run_them(tmp_path):
-    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    for name in ("conftest.py", "warm_launcher.py"):  # the suite's conftest and what it imports
+        shutil.copy(REPO / "tests" / name, tmp_path / name)
     (tmp_path / "test_some.py").write_text(
         "import pytest\n\n"
         "@pytest.mark.parametrize('i', range(3))\n"
