@@ -76,3 +76,12 @@ def test_a_command_past_its_timeout_is_killed(tmp_path):
         time.sleep(0.05)
     else:
         raise AssertionError(f"process {pid} outlived its timeout")
+
+
+@pytest.mark.skipif(os.environ.get("EVOTEAM_TESTS_FRESH") == "1", reason="EVOTEAM_TESTS_FRESH=1: nothing is forked")
+def test_a_test_process_whose_own_environment_changed_gets_a_zygote_with_it(tmp_path, monkeypatch):
+    _, before = _probe(tmp_path, {})
+    monkeypatch.setenv("LC_EVOTEAM_PROBE", "1")  # a locale variable: read at import
+    _, after = _probe(tmp_path, {})
+    assert before["ppid"] != os.getpid() and after["ppid"] != os.getpid()
+    assert after["ppid"] != before["ppid"]  # a new warm process, started with the changed environment

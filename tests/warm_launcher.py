@@ -10,9 +10,10 @@ sys.path[0], standard streams made anew on files the caller reads, stdin /dev/nu
 (Python's `random` reseeds itself at a fork), evoteam imported and run by runpy as `-m` does, and at its end what a
 normal exit runs (non-daemon threads joined, atexit callbacks, streams flushed).
 
-What stays a fresh process (`subprocess.run`, as before): a request whose environment differs from the zygote's in a
-variable read at import (`IMPORT_TIME_PREFIXES`: Python's, the math libraries', PyTorch's, Hydra's, matplotlib's), a
-python other than this one, EVOTEAM_TESTS_FRESH=1, or a zygote that could not start or is not single-threaded. Tests
+What stays a fresh process (`subprocess.run`, as before): a request whose environment differs from this process's in a
+variable read at import (`IMPORT_TIME_PREFIXES`: Python's, the math libraries', PyTorch's, Hydra's, matplotlib's, the
+locale), a python other than this one, EVOTEAM_TESTS_FRESH=1, or a zygote that could not start or is not
+single-threaded. Where this process's own such variables change (a test's monkeypatch), the zygote is started anew. Tests
 that signal a main job, or read its process tree, start it with subprocess themselves and are not served here.
 evoteam's own modules, MLflow and litellm are never imported by the zygote: they read their environment at import
 (judge_server's PYTHONPATH; litellm's LITELLM_LOCAL_MODEL_COST_MAP) or start a thread (MLflow: jemalloc's).
@@ -34,7 +35,12 @@ from pathlib import Path
 PRELOAD = ("torch", "numpy", "hydra", "hydra.utils", "hydra.core.global_hydra", "omegaconf", "yaml",
            "matplotlib.figure", "matplotlib.backends.backend_agg")
 IMPORT_TIME_PREFIXES = ("PYTHON", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "NUMPY_", "TORCH", "PYTORCH_",
-                        "LD_", "MALLOC_", "HYDRA_", "MPL", "MATPLOTLIB", "TRITON_", "LC_", "LANG")
+                        "LD_", "MALLOC_", "HYDRA_", "MPL", "MATPLOTLIB", "LC_", "LANG")
+
+
+def import_time_environment(env: dict[str, str]) -> frozenset:
+    """The part of an environment the zygote's imports read (Triton's is not: the zygote never imports it)."""
+    return frozenset((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES))
 
 
 # ---------------------------------------------------------------------------------------------------- the zygote
@@ -151,16 +157,14 @@ class _Zygote:
         self.folder = tempfile.mkdtemp(prefix="evoteam-zygote-")
         self.path = os.path.join(self.folder, "sock")
         self.env = dict(os.environ)
+        self.imported_with = import_time_environment(self.env)
         self.proc = subprocess.Popen([sys.executable, __file__, self.path], stdout=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, env=self.env, text=True, start_new_session=True)
         line = self.proc.stdout.readline()
         self.ready = bool(line) and json.loads(line).get("ready", False)
 
     def serves(self, env: dict[str, str]) -> bool:
-        if not self.ready or self.proc.poll() is not None:
-            return False
-        changed = {k for k in set(env) | set(self.env) if env.get(k) != self.env.get(k)}
-        return not any(k.startswith(IMPORT_TIME_PREFIXES) for k in changed)
+        return self.ready and self.proc.poll() is None and import_time_environment(env) == self.imported_with
 
     def run(self, module: str, args: list[str], cwd: str, env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess:
@@ -206,9 +210,12 @@ def run(args: list[str], cwd: Path | str | None = None, env: dict[str, str] | No
     cwd = str(cwd) if cwd is not None else os.getcwd()
     env = dict(os.environ) if env is None else env
     if python == sys.executable and os.environ.get("EVOTEAM_TESTS_FRESH") != "1":
-        if _zygote is None:
+        wanted = import_time_environment(env)
+        if _zygote is not None and not _zygote.serves(env) and wanted == import_time_environment(os.environ):
+            close()  # this process's own environment changed since (a test's monkeypatch): a zygote that has it
+        if _zygote is None and wanted == import_time_environment(os.environ):
             _zygote = _Zygote()
-        if _zygote.serves(env):
+        if _zygote is not None and _zygote.serves(env):
             return _zygote.run(module, list(args), cwd, env, timeout)
     return subprocess.run([python, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
