@@ -79,13 +79,7 @@ def _be_the_command(module: str, args: list[str], cwd: str, env: dict[str, str],
             runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
-            if exc.code is None:
-                code = 0
-            elif isinstance(exc.code, int):
-                code = exc.code
-            else:
-                print(exc.code, file=sys.stderr)
-                code = 1
+            code = exc.code
         except KeyboardInterrupt:
             code = 128 + signal.SIGINT
         except BaseException:  # noqa: BLE001 - as Python reports an uncaught exception
@@ -93,18 +87,10 @@ def _be_the_command(module: str, args: list[str], cwd: str, env: dict[str, str],
 
             traceback.print_exc()
             code = 1
-        import atexit
-        import threading
-
-        threading._shutdown()  # what the interpreter does at a normal exit: non-daemon threads joined
-        atexit._run_exitfuncs()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(code)
+        from evoteam.process_exit import exit_now
+
+        exit_now(code)  # a normal exit's end (threads joined, atexit callbacks, streams flushed), then os._exit
 
 
 def serve(path: str) -> None:
