@@ -305,6 +305,29 @@ def test_the_same_kernel_measured_again_lands_within_20_percent_on_cpu(small_uui
         assert max(values) / min(values) < 1.2, (uuid[:8], values)
 
 
+class _FixedPlanning:
+    """timing.Planning with a baseline that probes at `probe_ms` and a candidate whose checked call took `check_ms`."""
+
+    def __init__(self, probe_ms: float, check_ms: float, n_sets: int = 64):
+        self.probe_ms, self.check_ms, self.n_sets = probe_ms, check_ms, n_sets
+
+    def baseline_probe_ms(self) -> float:
+        return self.probe_ms
+
+    def cached_batches(self) -> list[int]:
+        return []
+
+
+def test_a_cpu_baseline_batch_is_a_function_of_the_baseline_alone():
+    """The rule behind the red team's slow_down_the_baseline, as the CPU clock plans it: the baseline's calls per
+    interval follow its own probe whatever the candidate's checks took; a slow candidate gets fewer of its own."""
+    clock = timing.for_workload(False, "graph", False, True)
+    for probe_ms, n_base in ((0.3, 32), (1.2, 8), (2.6, 2), (40.0, 1)):
+        plans = [clock.plan(_FixedPlanning(probe_ms, check_ms)) for check_ms in (0.01, 1.0, 30.0, 500.0)]
+        assert [p.n_base for p in plans] == [n_base] * 4, (probe_ms, plans)
+        assert [p.n for p in plans] == [n_base, min(n_base, 20), 1, 1], (probe_ms, plans)
+
+
 def test_a_cpu_baseline_is_batched_by_its_own_calls_not_the_candidates(tmp_path, small_uuids):
     """A CPU target times short calls in batches (calls per interval). When that batch followed the candidate's
     check time, a candidate that looked slow in its checks had the baseline timed one call per interval, where a
@@ -313,17 +336,23 @@ def test_a_cpu_baseline_is_batched_by_its_own_calls_not_the_candidates(tmp_path,
     candidate frozen; a candidate that looks slow only gets fewer calls of its own per interval."""
     (tmp_path / "slow_checks.py").write_text(variant(
         "burns 30 ms of CPU in each of its three checks, then runs at its honest speed", *SLOW_CHECKS))
-    (honest,) = evaluate(_request("mla_torch.py", small_uuids[:1]), timeout_s=120).results
-    (slow,) = evaluate(_request("slow_checks.py", small_uuids[:1], tmp_path, static_scan=False), timeout_s=120).results
-    assert honest.status == slow.status == "PASSED", (honest.detail, slow.detail)
-    assert honest.spread["calls_per_batch"] == honest.spread["baseline_calls_per_batch"] > 1
-    assert slow.spread["calls_per_batch"] == 1  # 30 ms per call looked too slow for more than one per interval
-    # the baseline's batch is its own (a power of two from two calls: one step apart at most between evaluations)
-    assert slow.spread["baseline_calls_per_batch"] >= honest.spread["baseline_calls_per_batch"] // 2 > 0
-    # the fault put the baseline at 1.7-1.9x; two evaluations' baselines of equal batches differ by 0.93-1.21x on a
-    # quiet machine and reached 1.41x under CI load (the flush evicting to DRAM, other workers on the memory bus)
-    assert slow.baseline_ms < 1.55 * honest.baseline_ms, (slow.baseline_ms, honest.baseline_ms, slow.spread,
-                                                          honest.spread)
+    honest, slow = [], []
+    for _ in range(3):  # in alternation: one evaluation's baseline is a poor measure of another's (below)
+        (h,) = evaluate(_request("mla_torch.py", small_uuids[:1]), timeout_s=120).results
+        (s,) = evaluate(_request("slow_checks.py", small_uuids[:1], tmp_path, static_scan=False),
+                        timeout_s=120).results
+        assert h.status == s.status == "PASSED", (h.detail, s.detail)
+        assert h.spread["calls_per_batch"] == h.spread["baseline_calls_per_batch"] > 1
+        assert s.spread["calls_per_batch"] == 1  # 30 ms per call looked too slow for more than one per interval
+        # the baseline's batch is its own (a power of two from two calls: one step apart at most between
+        # evaluations), never the single call the fault gave it
+        assert s.spread["baseline_calls_per_batch"] >= max(2, h.spread["baseline_calls_per_batch"] // 2)
+        honest.append(h.baseline_ms)
+        slow.append(s.baseline_ms)
+    # The fault put the baseline at 1.7-1.9x. One pair of evaluations is no measure of that: their baselines (two
+    # samples each, batches one step apart) differed by 0.83-1.56x on this VM (2026-12-06, nine pairs, a busy
+    # core beside some) and 1.63x in a CI run. The median of three evaluations each, taken in alternation, is.
+    assert timing.median(slow) < 1.55 * timing.median(honest), (slow, honest)
 
 
 def test_a_cpu_target_times_both_sides_on_one_cpu_the_candidate_cannot_leave(tmp_path, small_uuids):
