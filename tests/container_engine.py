@@ -128,8 +128,10 @@ def serving():
     SOCKET.parent.mkdir(parents=True, exist_ok=True)
     SOCKET.unlink(missing_ok=True)
     log_file = open(CACHE_ROOT / "podman-service.log", "w") if CACHE_ROOT.is_dir() else subprocess.DEVNULL
+    # In a folder of its own: conmon writes a file named `oom` into its working directory when a container is
+    # killed for memory (test_container_executor's memory test left one in the checkout's root)
     proc = subprocess.Popen(["podman", "system", "service", "--time=0", engine_url()], stdout=log_file,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=SOCKET.parent)
     try:
         deadline = time.monotonic() + 30
         while not engine_answers():

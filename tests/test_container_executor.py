@@ -116,9 +116,12 @@ def test_crashing_candidate_is_recorded_with_its_logs(engine, small_uuids, tmp_p
 def test_memory_limit_kills_a_candidate_that_exceeds_it(engine, small_uuids, tmp_path):
     path = tmp_path / "eats_memory.py"
     path.write_text(variant("touches 3 GiB", "", "    torch.ones(3 << 30, dtype=torch.uint8)\n"))
+    before = set(os.listdir(REPO))
     result = _executor(engine, tmp_path, memory_gib=1)(_request(path, small_uuids[:1]), 120)
     (r,) = result.results
     assert r.status == "out_of_memory", (r.status, r.detail, result.log_tail)
+    # nothing of the kill lands in the checkout (conmon writes a file `oom` where the engine was started)
+    assert set(os.listdir(REPO)) - before == set()
 
 
 PROBE = '''
