@@ -14,6 +14,7 @@ import pytest
 # threads itself, whatever the caller's environment says (Judge.threads).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import timeline  # noqa: E402
 import warm_launcher  # noqa: E402
 
 from evoteam.tracking.server import free_port, running  # noqa: E402
@@ -89,6 +90,12 @@ def seed_kernel(task):
 # files runs whole on one worker, so its fixture is made once; every other test goes to whichever worker is free.
 ONE_WORKER_FILES = ("test_mainjob.py", "test_tracking.py", "test_mlflow_server.py", "test_ray.py",
                     "test_container_executor.py", "test_install.py", "test_screenshots.py", "test_languages.py")
+
+
+def pytest_configure(config):
+    if os.environ.get(timeline.ENV):  # where the CPU goes, by test: tests/timeline.py
+        worker = getattr(config, "workerinput", {}).get("workerid", "main")  # pytest-xdist's worker, or its controller
+        config.pluginmanager.register(timeline.Recorder(Path(os.environ[timeline.ENV]), worker), "evoteam-timeline")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

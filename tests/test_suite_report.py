@@ -2,6 +2,7 @@
 run them (newcomer defect 7: 42 skips with no summary of why), and how the install reports itself
 (newcomer defect 8)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from conftest import REPO
 
 
 def test_skips_end_the_run_summarised_by_reason_with_how_to_run_them(tmp_path):
-    for name in ("conftest.py", "warm_launcher.py"):  # the suite's conftest and what it imports
+    for name in ("conftest.py", "warm_launcher.py", "timeline.py"):  # the suite's conftest and what it imports
         shutil.copy(REPO / "tests" / name, tmp_path / name)
     (tmp_path / "test_some.py").write_text(
         "import pytest\n\n"
@@ -57,3 +58,31 @@ def test_make_run_installs_what_the_main_job_needs_and_make_test_adds_the_test_t
     assert any(line.endswith('-e ".[dev]"') for line in test), test
     assert any("--no-deps flashinfer-bench==0.1.2" in line for line in test), test
     assert not list(tmp_path.iterdir())  # a dry run: nothing made
+
+
+def test_the_timeline_gives_the_cpu_to_the_test_that_spent_it(tmp_path):
+    """EVOTEAM_TESTS_TIMELINE=DIR and `python tests/timeline.py DIR`: two workers, one test burning a second of CPU
+    beside one asleep for as long; the busy one's file gets the CPU, the idle one's next to none."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in ("conftest.py", "warm_launcher.py", "timeline.py"):
+        shutil.copy(REPO / "tests" / name, suite / name)
+    (suite / "test_busy.py").write_text(
+        "import time\n\ndef test_burns():\n    end = time.process_time() + 1.0\n"
+        "    while time.process_time() < end:\n        pass\n")
+    (suite / "test_idle.py").write_text("import time\n\ndef test_sleeps():\n    time.sleep(1.0)\n")
+    records = tmp_path / "tl"
+    env = {**os.environ, "EVOTEAM_TESTS_TIMELINE": str(records)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(suite)],
+                          cwd=suite, env=env, capture_output=True, text=True, timeout=120)
+    assert "2 passed" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(p.name for p in records.iterdir()) == ["gw0.tsv", "gw1.tsv", "main.tsv"]
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "timeline.py"), str(records)], capture_output=True,
+                         text=True, timeout=60).stdout
+    by_file = {line.split()[1]: float(line.split()[0]) for line in
+               out.split("by file (CPU-s):\n")[1].split("\nthe ")[0].splitlines()}
+    assert by_file["test_busy.py"] >= 0.9 and by_file.get("test_idle.py", 0.0) < 0.3, out
+    assert sum(line.startswith("gw") for line in out.splitlines()) == 2, out
+    missing = subprocess.run([sys.executable, str(REPO / "tests" / "timeline.py"), str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "no records in" in missing.stderr and "Traceback" not in missing.stderr
