@@ -1,12 +1,18 @@
 """Where a parallel test run's CPU goes, by test and by file.
 
 With EVOTEAM_TESTS_TIMELINE=DIR set, tests/conftest.py has every pytest-xdist worker append a line per test to
-DIR/<worker>.tsv: its node id, its start and end (wall clock, setup and teardown included), the CPU seconds of the
-worker's process tree at both, and the machine's busy CPU seconds (/proc/stat) at both. The tree is the worker and
-every process descended from it, living or reaped by one of them: the commands the warm launcher forks, the judges
-and the sandboxed runners (in cgroups of their own, still descendants). Not in it: daemons a test starts that leave
-its tree (a Ray cluster's, the container engine's) and processes reaped by init. `python tests/timeline.py DIR`
-prints the CPU by file and by test, each worker's span, and the machine's busy CPU that no test's tree accounts for.
+DIR/<worker>.tsv: its node id, its start and end (wall clock, setup and teardown included), and at both the CPU
+seconds of the worker's process tree, of the kernel's threads and of the whole machine. `python tests/timeline.py DIR`
+prints two figures per file and per test:
+- own: the CPU of the worker's process tree during the test: the worker and every living descendant, each with what
+  its reaped children spent (the commands the warm launcher forks, the judges). A lower bound: a process whose parent
+  ended first is reparented to init and its CPU leaves the tree (a candidate's sandbox outlives its judge for a
+  moment at every evaluation's end, and takes the runner's CPU with it), as do the daemons a test starts (a Ray
+  cluster's, the container engine's). On this suite it sees about half of the machine's busy CPU.
+- share: the machine's busy CPU between consecutive marks, split evenly among the tests running then. It sees every
+  process, but charges a test that waits as much as one that works beside it.
+The suite's wall time on a saturated machine is its busy CPU over the cores; a file high in both columns is where
+the time goes.
 
     EVOTEAM_TESTS_TIMELINE=/tmp/tl make test && .venv/bin/python tests/timeline.py /tmp/tl
 """
@@ -89,33 +95,47 @@ def read(folder: Path) -> list[tuple]:
     return rows
 
 
+def shares(rows) -> collections.Counter:
+    """The machine's busy CPU between consecutive marks, split evenly among the tests running through them."""
+    marks = sorted([(r[2], r[5]) for r in rows] + [(r[3], r[6]) for r in rows])
+    share: collections.Counter = collections.Counter()
+    for (ta, ba), (tb, bb) in zip(marks, marks[1:]):
+        running = [r[1] for r in rows if r[2] <= ta and r[3] >= tb] if tb > ta else []
+        for node in running:
+            share[node] += max(0.0, bb - ba) / len(running)
+    return share
+
+
 def report(folder: Path, top: int = 30) -> str:
     rows = read(folder)
     # under pytest-xdist the controller sees each test too, later than its worker: counted once, by the worker
     rows = [r for r in rows if r[0] != "main"] or rows
     if not rows:
         raise SystemExit(f"timeline: no records in {folder}; run the tests with {ENV}={folder} first")
-    by_test: collections.Counter = collections.Counter()
-    by_file: collections.Counter = collections.Counter()
+    own = collections.Counter()
     for row in rows:
-        by_test[row[1]] += row[4]
-        by_file[row[1].split("::")[0]] += row[4]
+        own[row[1]] += row[4]
+    share = shares(rows)
+    wall = {r[1]: r[3] - r[2] for r in rows}
+    files = sorted({node.split("::")[0] for node in wall})
+
+    def of_file(counter, name):
+        return sum(v for node, v in counter.items() if node.split("::")[0] == name)
+
     start, end = min(r[2] for r in rows), max(r[3] for r in rows)
     busy = max(r[6] for r in rows) - min(r[5] for r in rows)
     kernel = max(r[8] for r in rows) - min(r[7] for r in rows)
-    cores = os.cpu_count() or 1
-    lines = [f"span {end - start:.0f} s on {cores} cores; the machine busy {busy:.0f} CPU-s: the tests' process trees "
-             f"{sum(by_test.values()):.0f}, the kernel's threads {kernel:.0f} (the rest: pytest's controller, daemons "
-             f"such as a Ray cluster's, the kernel's work in interrupts, processes init reaped)",
-             "by file (CPU-s):"]
-    lines += [f"  {cpu:7.1f}  {name}" for name, cpu in by_file.most_common()]
-    lines.append(f"the {top} costliest tests (CPU-s, wall s):")
-    wall = {r[1]: r[3] - r[2] for r in rows}
-    lines += [f"  {cpu:7.1f}  {wall[node]:6.1f}  {node}" for node, cpu in by_test.most_common(top)]
+    lines = [f"span {end - start:.0f} s on {os.cpu_count()} cores; the machine busy {busy:.0f} CPU-s: the tests' own "
+             f"{sum(own.values()):.0f}, the kernel's threads {kernel:.0f}",
+             "by file:  share   own  (CPU-s)"]
+    lines += [f"  {of_file(share, f):7.1f} {of_file(own, f):6.1f}  {f}"
+              for f in sorted(files, key=lambda f: -of_file(share, f))]
+    lines.append(f"the {top} costliest tests:  share   own  wall (s)")
+    lines += [f"  {share[node]:7.1f} {own[node]:6.1f} {wall[node]:6.1f}  {node}"
+              for node in sorted(wall, key=lambda n: -share[n])[:top]]
     for worker in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == worker]
-        lines.append(f"{worker}: {len(mine)} tests, {sum(r[4] for r in mine):.0f} CPU-s, ended at "
-                     f"{max(r[3] for r in mine) - start:.0f} s")
+        lines.append(f"{worker}: {len(mine)} tests, ended at {max(r[3] for r in mine) - start:.0f} s")
     return "\n".join(lines)
 
 
