@@ -843,8 +843,7 @@ class _Planning:
         return probe_ms
 
     def cached_batches(self) -> list[int]:
-        if not self.judge.request.use_baseline_cache:
-            return []
+        # whether or not the request takes cached times: the batch is the machine's, the time is this evaluation's
         return list(self.judge.cache.batches(self.judge._cache_key(self.result, self.workload, self.clock, 0)))
 
 

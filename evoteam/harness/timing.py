@@ -97,7 +97,7 @@ class Planning(Protocol):
         """The baseline's quickest of two untimed calls, the candidate frozen."""
 
     def cached_batches(self) -> list[int]:
-        """The baseline batches the cache holds times for (where the request takes cached times)."""
+        """The baseline batches the cache holds times for, whether or not the request takes cached times."""
 
 
 @dataclass
@@ -254,9 +254,12 @@ class CpuTimeClock(Clock):
         interval takes about CPU_BATCH_MS, from two untimed calls of the baseline with the candidate frozen, never
         from anything the candidate does (when the batch followed the candidate's check time, a candidate that made
         itself look slow had the baseline timed in single calls, 1.7-1.9x slower: the red team's
-        slow_down_the_baseline, 2026-12-03). A power of two, so one workload on one machine keeps one batch; a quick
-        evaluation takes the largest batch the baseline cache holds for it, all of them chosen so. A candidate much
-        slower than its baseline gets fewer calls of its own per interval, so that its evaluation does not grow with
+        slow_down_the_baseline, 2026-12-03). A power of two, and once chosen the workload's on this machine: every
+        evaluation takes the largest batch the baseline cache holds for it (all of them chosen so), whether or not it
+        takes the cached time. Probed afresh each time, the batch moved one step between evaluations with the load of
+        the moment (two calls at 0.8-1.3 ms against a step at 1.25 ms), a baseline timed at 4 calls an interval took
+        1.3-1.45x its time at 8, and two candidates' speedups were measured a step apart. A candidate much slower
+        than its baseline gets fewer calls of its own per interval, so that its evaluation does not grow with
         the baseline's batch (an agent's tool call has a time limit): a smaller batch only adds the interval's fixed
         cost to its own calls, so making itself look slow gains it nothing."""
         limit = planning.n_sets
