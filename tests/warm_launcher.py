@@ -13,8 +13,9 @@ normal exit runs (non-daemon threads joined, atexit callbacks, streams flushed).
 What stays a fresh process (`subprocess.run`, as before): a request whose environment differs from this process's in a
 variable read at import (`IMPORT_TIME_PREFIXES`: Python's, the math libraries', PyTorch's, Hydra's, matplotlib's, the
 locale), a python other than this one, EVOTEAM_TESTS_FRESH=1, or a zygote that could not start or is not
-single-threaded. Where this process's own such variables change (a test's monkeypatch), the zygote is started anew. Tests
-that signal a main job, or read its process tree, start it with subprocess themselves and are not served here.
+single-threaded. Where this process's own such variables change (a test's monkeypatch), or the zygote ended, it is
+started anew. Tests that signal a main job, or read its process tree, start it with subprocess themselves and are not
+served here.
 evoteam's own modules, MLflow and litellm are never imported by the zygote: they read their environment at import
 (judge_server's PYTHONPATH; litellm's LITELLM_LOCAL_MODEL_COST_MAP) or start a thread (MLflow: jemalloc's).
 """
@@ -196,10 +197,11 @@ def run(args: list[str], cwd: Path | str | None = None, env: dict[str, str] | No
     cwd = str(cwd) if cwd is not None else os.getcwd()
     env = dict(os.environ) if env is None else env
     if python == sys.executable and os.environ.get("EVOTEAM_TESTS_FRESH") != "1":
-        wanted = import_time_environment(env)
-        if _zygote is not None and not _zygote.serves(env) and wanted == import_time_environment(os.environ):
-            close()  # this process's own environment changed since (a test's monkeypatch): a zygote that has it
-        if _zygote is None and wanted == import_time_environment(os.environ):
+        own = import_time_environment(os.environ)
+        if _zygote is not None and (_zygote.imported_with != own or _zygote.proc.poll() is not None):
+            close()  # this process's own environment changed since (a test's monkeypatch), or the zygote ended
+        # (one that started but is not single-threaded is kept: starting another would only fail the same way)
+        if _zygote is None and import_time_environment(env) == own:
             _zygote = _Zygote()
         if _zygote is not None and _zygote.serves(env):
             return _zygote.run(module, list(args), cwd, env, timeout)
