@@ -9,9 +9,11 @@ import sys
 
 from conftest import REPO
 
+SUITE_FILES = ("conftest.py", "warm_launcher.py", "timeline.py")  # the suite's conftest and what it imports
+
 
 def test_skips_end_the_run_summarised_by_reason_with_how_to_run_them(tmp_path):
-    for name in ("conftest.py", "warm_launcher.py", "timeline.py"):  # the suite's conftest and what it imports
+    for name in SUITE_FILES:
         shutil.copy(REPO / "tests" / name, tmp_path / name)
     (tmp_path / "test_some.py").write_text(
         "import pytest\n\n"
@@ -66,7 +68,7 @@ def test_the_timeline_gives_the_cpu_to_the_test_that_spent_it(tmp_path):
     machine's share is split between them."""
     suite = tmp_path / "suite"
     suite.mkdir()
-    for name in ("conftest.py", "warm_launcher.py", "timeline.py"):
+    for name in SUITE_FILES:
         shutil.copy(REPO / "tests" / name, suite / name)
     (suite / "test_busy.py").write_text(
         "import time\n\ndef test_burns():\n    end = time.process_time() + 1.0\n"

@@ -117,19 +117,18 @@ def report(folder: Path, top: int = 30) -> str:
         own[row[1]] += row[4]
     share = shares(rows)
     wall = {r[1]: r[3] - r[2] for r in rows}
-    files = sorted({node.split("::")[0] for node in wall})
-
-    def of_file(counter, name):
-        return sum(v for node, v in counter.items() if node.split("::")[0] == name)
-
+    file_share, file_own = collections.Counter(), collections.Counter()
+    for node in wall:
+        file_share[node.split("::")[0]] += share[node]
+        file_own[node.split("::")[0]] += own[node]
     start, end = min(r[2] for r in rows), max(r[3] for r in rows)
     busy = max(r[6] for r in rows) - min(r[5] for r in rows)
     kernel = max(r[8] for r in rows) - min(r[7] for r in rows)
     lines = [f"span {end - start:.0f} s on {os.cpu_count()} cores; the machine busy {busy:.0f} CPU-s: the tests' own "
              f"{sum(own.values()):.0f}, the kernel's threads {kernel:.0f}",
              "by file:  share   own  (CPU-s)"]
-    lines += [f"  {of_file(share, f):7.1f} {of_file(own, f):6.1f}  {f}"
-              for f in sorted(files, key=lambda f: -of_file(share, f))]
+    by_share = sorted(file_share.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines += [f"  {cpu:7.1f} {file_own[f]:6.1f}  {f}" for f, cpu in by_share]
     lines.append(f"the {top} costliest tests:  share   own  wall (s)")
     lines += [f"  {share[node]:7.1f} {own[node]:6.1f} {wall[node]:6.1f}  {node}"
               for node in sorted(wall, key=lambda n: -share[n])[:top]]
