@@ -169,7 +169,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.task.scale is not None and cfg.task.scale not in task.SCALES:
         raise ConfigInputError(f"task.scale={cfg.task.scale} is not valid; expected one of "
                                f"{', '.join(task.SCALES)} or null")
-    for key in ("task.check_trials", "budget.tokens", "budget.max_evaluations", "executor.timeout_s",
+    for key in ("task.check_trials", "task.timed_rounds", "budget.tokens", "budget.max_evaluations", "executor.timeout_s",
                 "executor.memory_gib", "executor.pids_limit"):
         value = OmegaConf.select(cfg, key)
         if value is not None and value < 1:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, ROUNDS
 
 CLIS = REPO / "tests" / "clis" / "node_modules" / ".bin"
-TINY = ("tracking=none", "task.workloads=[00cb2bc2]", "seed=5")
+TINY = ("tracking=none", "task.workloads=[00cb2bc2]", "seed=5", ROUNDS)
 
 
 def _cli(name: str) -> str:

@@ -44,13 +44,15 @@ def test_cfg_job_composes_target_task_and_budget(evoteam_cli, tmp_path):
         ("team.preset=bogus", "team.preset=bogus is not valid; expected one of single, fixed4, evolving"),
         ("budget.tokens=abc", "budget.tokens=abc is not valid; expected an integer"),
         ("llm.temperature=hot", "llm.temperature=hot is not valid; expected a number"),
-        ("task.nope=1", "unknown key 'task.nope'; allowed keys here: name, workloads, scale, check_trials, fib_rule, baseline"),
+        ("task.nope=1", "unknown key 'task.nope'; allowed keys here: name, workloads, scale, check_trials, timed_rounds, fib_rule, "
+                        "baseline"),
         ("+task.nope=1", "unknown key 'task.nope'"),
         ("foo=bar", "unknown key 'foo'; allowed keys here: timing_mode"),
         ("executor.sandbox=none", "executor.sandbox=none is not valid; expected one of strict, weak"),
         ("hardware.name=xx", "hardware.name=xx is not a known target"),
         ("task.scale=medium", "task.scale=medium is not valid; expected one of full, small"),
         ("task.check_trials=0", "task.check_trials=0 is not valid; expected a positive integer"),
+        ("task.timed_rounds=0", "task.timed_rounds=0 is not valid; expected a positive integer"),
         ("timing_mode=fast", "timing_mode=fast is not valid; expected one of graph, events, wallclock, cputime"),
         ("hardware=[h100", "cannot parse the override"),
     ],
@@ -315,6 +317,27 @@ def test_the_main_job_takes_fib_rule(evoteam_cli, tmp_path):
         cfg = OmegaConf.structured(config.EvoteamConfig(task=config.TaskConfig(name="mla_decode", fib_rule=fib)))
         settings = HarnessSettings.from_config(cfg, target)
         assert settings.template.fib_rule is fib and settings.final_request("k.py", []).fib_rule is fib
+
+
+def test_the_main_job_takes_timed_rounds(evoteam_cli, tmp_path):
+    """`task.timed_rounds=N` reaches every evaluation request of the main job (the search's and the final table's,
+    which takes at least 3); unset, the target's rounds (a CPU's 15, a GPU's search 20)."""
+    from omegaconf import OmegaConf
+
+    from evoteam.harness.model import CPU_ROUNDS
+    from evoteam.target import Target
+    from evoteam.team.toolbox import GPU_ROUNDS, HarnessSettings
+
+    result = evoteam_cli("--cfg", "job", "hardware=cpu", "task.timed_rounds=4", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["task"]["timed_rounds"] == 4
+    for hardware, default in (("cpu", CPU_ROUNDS[1]), ("h100", GPU_ROUNDS[1])):
+        target = Target.resolve("mla_decode", hardware, scale="small", executor=None)
+        for rounds, reps, final in ((None, default, default), (4, 4, 4), (2, 2, 3)):
+            cfg = OmegaConf.structured(config.EvoteamConfig(task=config.TaskConfig(name="mla_decode",
+                                                                                   timed_rounds=rounds)))
+            settings = HarnessSettings.from_config(cfg, target)
+            assert (settings.template.reps, settings.final_request("k.py", []).reps) == (reps, final), hardware
 
 
 def _read_only(folder):

@@ -22,7 +22,7 @@ from evoteam.harness.container import ContainerExecutor, EngineError, host_confi
 from evoteam.harness.model import EvalRequest
 from evoteam.task import load_task
 
-from conftest import REPO, run_evoteam, run_module
+from conftest import REPO, ROUNDS, run_evoteam, run_module
 
 CANDIDATES = REPO / "tests" / "data" / "candidates"
 
@@ -257,7 +257,7 @@ def test_main_job_runs_its_evaluations_in_containers(engine, tmp_path):
     cache = tmp_path / "container-cache"
     proc = run_evoteam("hardware=cpu", "executor=docker", f"executor.docker_host={url}", f"executor.image={image}",
                        f"executor.cache_dir={cache}", "executor.memory_gib=4", "task.workloads=[00cb2bc2]",
-                       "budget.max_evaluations=2", "seed=2", "team=single", "tracking=none", f"run_dir={run_dir}",
+                       "budget.max_evaluations=2", "seed=2", "team=single", "tracking=none", ROUNDS, f"run_dir={run_dir}",
                        cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((run_dir / "final" / "results.json").read_text())

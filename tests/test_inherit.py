@@ -17,7 +17,7 @@ from evoteam.team.inherit import INHERITED_TEAM, resolve  # noqa: E402
 from evoteam.team.progress import keep_inherited  # noqa: E402
 from evoteam.team.workspace import Attempt  # noqa: E402
 
-from conftest import REPO, run_evoteam  # noqa: E402
+from conftest import REPO, ROUNDS, run_evoteam  # noqa: E402
 
 CHAMPION = REPO / "kernels" / "mla_decode" / "champion_h200.json"
 # The runs below inherit a champion of the torch_cpu family (tests/data/champion_cpu.json, a point per batch size):
@@ -48,7 +48,7 @@ def _attempts(run_dir):
 
 
 def test_a_run_inherits_an_earlier_runs_evaluations_and_keeps_the_better_kernels(tmp_path):
-    common = ["hardware=cpu", "task.workloads=[00cb2bc2]", "team=single", "tracking=none"]
+    common = ["hardware=cpu", "task.workloads=[00cb2bc2]", "team=single", "tracking=none", ROUNDS]
     first = tmp_path / "first"
     proc = run_evoteam(*common, "budget.max_evaluations=2", "seed=3", f"run_dir={first}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -103,7 +103,7 @@ def test_a_run_starts_from_a_champion_measured_once_and_recorded(tmp_path):
 
     uri = f"sqlite:///{tmp_path}/m.db"
     run_dir = tmp_path / "run"
-    proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2,a128f96f]", "team=single",
+    proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2,a128f96f]", "team=single", ROUNDS,
                        "budget.max_evaluations=1", "seed=5", f"workspace.inherit={CPU_CHAMPION}",
                        f"tracking.tracking_uri={uri}", f"run_dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -152,7 +152,7 @@ def test_the_presets_of_an_equal_budget_sweep_start_from_the_same_inheritance(tm
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/m.db"
-    proc = run_evoteam("-m", "hardware=cpu", "task.workloads=[00cb2bc2]", "team=single,fixed4,evolving",
+    proc = run_evoteam("-m", "hardware=cpu", "task.workloads=[00cb2bc2]", "team=single,fixed4,evolving", ROUNDS,
                        "budget=equal", "budget.max_evaluations=1", "seed=6", f"workspace.inherit={CPU_CHAMPION}",
                        f"tracking.tracking_uri={uri}", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -185,7 +185,7 @@ def test_a_run_stopped_while_it_measures_the_champion_measures_it_on_resume_unch
     import time
 
     run_dir = tmp_path / "run"
-    args = [sys.executable, "-m", "evoteam", "hardware=cpu", "task.workloads=[00cb2bc2]", "team=single",
+    args = [sys.executable, "-m", "evoteam", "hardware=cpu", "task.workloads=[00cb2bc2]", "team=single", ROUNDS,
             "budget.max_evaluations=1", "seed=5", f"workspace.inherit={CPU_CHAMPION}", "tracking=none", f"run_dir={run_dir}"]
     # SIGINT at its default in the child: a shell without job control starts its background commands with SIGINT
     # ignored, and Python then installs no KeyboardInterrupt handler (pytest run with `&` lost the signal)

@@ -21,7 +21,7 @@ from mlflow import MlflowClient  # noqa: E402
 
 from evoteam import tracking  # noqa: E402
 
-from conftest import mlflow_server, run_evoteam  # noqa: E402
+from conftest import ROUNDS, mlflow_server, run_evoteam  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -37,7 +37,7 @@ def server(tmp_path_factory):
 def logged_run(server, tmp_path_factory):
     """A real offline CPU run (one workload, 2 evaluations) logged to the server."""
     cwd = tmp_path_factory.mktemp("run")
-    proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2]", "budget.max_evaluations=2", "seed=2",
+    proc = run_evoteam("hardware=cpu", "task.workloads=[00cb2bc2]", "budget.max_evaluations=2", "seed=2", ROUNDS,
                        "team=fixed4", f"tracking.tracking_uri={server['url']}", "tracking.experiment=team-server",
                        f"run_dir={cwd / 'run'}", cwd=cwd, env={"EVOTEAM_CACHE_DIR": str(cwd / "cache")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

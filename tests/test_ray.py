@@ -29,7 +29,7 @@ from evoteam.harness.ray_executor import RayExecutor  # noqa: E402
 from evoteam.schema import read_journal  # noqa: E402
 from evoteam.task import load_task  # noqa: E402
 
-from conftest import REPO, free_port, mlflow_server  # noqa: E402
+from conftest import REPO, ROUNDS, free_port, mlflow_server  # noqa: E402
 
 RAY = str(Path(sys.executable).parent / "ray")
 CANDIDATE = str(REPO / "tests" / "data" / "candidates" / "mla_torch.py")
@@ -206,7 +206,7 @@ def test_a_driver_killed_with_sigkill_resumes_the_evaluations_in_flight(cluster,
     run_dir = tmp_path / "run"
     args = [sys.executable, "-m", "evoteam", "hardware=cpu", "executor=ray", f"executor.ray.address={cluster.address}",
             f"executor.ray.auth_token_env={TOKEN_ENV}", "executor.ray.gpus_per_evaluation=1", "team=fixed4",
-            "team.topology=parallel", "task.workloads=[2eac5b85]", "budget.max_evaluations=5", "seed=3",
+            "team.topology=parallel", "task.workloads=[2eac5b85]", "budget.max_evaluations=5", "seed=3", ROUNDS,
             "tracking=none", f"run_dir={run_dir}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", TOKEN_ENV: TOKEN}
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -258,7 +258,7 @@ def _ray_sweep(cluster, tmp_path, uri):
     proc = subprocess.run([sys.executable, "-m", "evoteam", "-m", "hydra/launcher=ray_cluster", "hardware=cpu",
                            "executor=ray", f"executor.ray.auth_token_env={TOKEN_ENV}", "executor.ray.gpus_per_evaluation=1",
                            "task.workloads=[2eac5b85]", "budget.max_evaluations=1", "budget.extra_multiplier=2",
-                           "budget=equal", "team=single", "repeat=2", f"tracking.tracking_uri={uri}"],
+                           "budget=equal", "team=single", "repeat=2", ROUNDS, f"tracking.tracking_uri={uri}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (sweep,) = (tmp_path / "runs" / "multirun").iterdir()  # absolute, under the launching directory, once

@@ -45,7 +45,7 @@ from evoteam.team.toolbox import (
     probe_workloads,  # noqa: E402
 )
 
-from conftest import run_evoteam, run_module  # noqa: E402
+from conftest import ROUNDS, run_evoteam, run_module  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -256,7 +256,7 @@ def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     uri = f"sqlite:///{root}/m.db"
     sweep_dir = root / "multirun" / "sweep-a"
-    proc = run_evoteam("-m", "hardware=cpu", "task.workloads=[00cb2bc2]", "budget.max_evaluations=2",
+    proc = run_evoteam("-m", "hardware=cpu", "task.workloads=[00cb2bc2]", "budget.max_evaluations=2", ROUNDS,
                        "budget.extra_multiplier=1.5", "budget=equal,extra", "team=single", "seed=3",
                        f"tracking.tracking_uri={uri}", f"hydra.sweep.dir={sweep_dir}", cwd=root,
                        env={"EVOTEAM_CACHE_DIR": str(root / "cache"), "DOCKER_HOST": f"unix://{root}/no-engine.sock"})

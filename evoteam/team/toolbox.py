@@ -69,6 +69,7 @@ class HarnessSettings:
         groups = {w.uuid: target.task.workload_group(w) for w in workloads}
         gpu = target.hw.is_gpu
         warmup, reps = GPU_ROUNDS if gpu else CPU_ROUNDS
+        reps = cfg.task.timed_rounds or reps
         template = target.request(
             "", baseline=cfg.task.baseline, trials=cfg.task.check_trials, fib_rule=cfg.task.fib_rule, warmup=warmup,
             reps=reps,
