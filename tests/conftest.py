@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 # containers), not its figures: 3 asked (a CPU evaluation then takes 3 to 9 until the speedup settles), where the
 # CPU's default of 15 takes 8 to 45 a workload. On the loaded CI machine (2026-12-07) 29 of the 70 main-job workload
 # timings took all 45, the rest 8 to 44, and theirs were 335 of the 584 s the suite spent in timed rounds.
-# test_mainjob and the device script (test_scripted_llm) keep the default.
+# test_mainjob keeps the default.
 ROUNDS = "task.timed_rounds=3"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, ROUNDS
 
 SCRIPTS = REPO / "scripts"
 TURNS = SCRIPTS / "llm_turns" / "mla_decode"
@@ -136,7 +136,8 @@ def test_the_device_script_runs_an_llm_team_on_a_cpu_tracked_in_mlflow(tmp_path)
     the usage the server reported, a transcript of every request, the run's LLM traces and the transcript in MLflow,
     all packed into OUT_DIR."""
     out, root = tmp_path / "out", tmp_path / "root"
-    env = {**os.environ, "HARDWARE": "cpu", "WORKLOADS": "[00cb2bc2]", "PYTHON": sys.executable, "ROOT": str(root)}
+    env = {**os.environ, "HARDWARE": "cpu", "WORKLOADS": "[00cb2bc2]", "PYTHON": sys.executable, "ROOT": str(root),
+           "EXTRA": ROUNDS}
     env.pop("TRITON_INTERPRET", None)  # the harness sets it for the candidates
     done = subprocess.run(["bash", str(SCRIPTS / "gpu_llm_team.sh"), str(out)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=400)

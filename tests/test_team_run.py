@@ -20,6 +20,8 @@ from evoteam.team.runner import TeamRun
 from evoteam.team.supervisor import Supervisor
 from evoteam.team.toolbox import HarnessSettings, probe_workloads
 
+from conftest import ROUNDS
+
 
 def _flat_evaluator(request, timeout_s):
     """Every candidate passes at exactly 1.0x: nothing ever improves, so the team must stall."""
@@ -82,7 +84,7 @@ def test_sigkill_mid_run_then_resume_repeats_no_finished_evaluation(tmp_path):
     # a budget of 3: killed once 2 evaluations are journaled (the third, seconds long, unfinished), the resumed run
     # has one to run and two not to repeat (a budget of 4 cost one evaluation more and tested nothing more)
     args = [sys.executable, "-m", "evoteam", "hardware=cpu", "task.workloads=[00cb2bc2]", "budget.max_evaluations=3",
-            "seed=5", "tracking=none", f"run_dir={run_dir}"]
+            "seed=5", "tracking=none", ROUNDS, f"run_dir={run_dir}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
