@@ -82,9 +82,9 @@ class TaskConfig:
     # "full" or "small"; null takes the hardware target's problem_scale.
     scale: str | None = None
     check_trials: int = 3
-    # timed rounds asked of the harness per workload; null: the target's (a GPU's 20 in the search, a CPU's 15). A CPU
-    # evaluation takes at least min(8, N) and at most 3N rounds, stopping once the speedup is known within 12%; a GPU
-    # evaluation at most N. Fewer: a quicker run with wider intervals (each result records its own).
+    # timed rounds asked of the harness per workload; null: the target's (toolbox.GPU_ROUNDS in a GPU's search,
+    # model.CPU_ROUNDS on a CPU). How many a workload then takes is the clock's rule (evoteam.harness.timing). Fewer: a
+    # quicker run with wider intervals (each result records its own).
     timed_rounds: int | None = None
     # judge every output by flashinfer-bench's rule (atol = rtol = 1e-2, no relative-norm bound, any NaN or Inf fails)
     # instead of evoteam's; either way the final traces record flashinfer-bench's verdict too
