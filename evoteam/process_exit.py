@@ -15,6 +15,7 @@ import atexit
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ def exit_now(code: Any = 0) -> None:
         # Py_FinalizeEx's order: wait for non-daemon threads (and run threading's own exit hooks: a thread pool's
         # workers are told to end there), then the atexit callbacks, then flush the standard streams
         threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter itself calls at its end
+        _keep_torch_operators()
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -40,6 +42,21 @@ def exit_now(code: Any = 0) -> None:
             except (AttributeError, OSError, ValueError):
                 pass
         os._exit(status)
+
+
+def _keep_torch_operators() -> None:
+    """Leave PyTorch's operator registrations in place at the end. Each torch.library.Library (134 after `import
+    torch`) unregisters its operators at exit through a weakref.finalize, for a dispatcher the process is about to
+    drop: 24-52 ms of CPU in a judge forked from its server, whose pages that touches are copied (2 ms left so; 2-core VM,
+    2026-12-07), at each of the suite's hundreds of process ends."""
+    library = sys.modules.get("torch.library")
+    release = getattr(library, "_del_library", None)
+    if release is None:
+        return
+    # weakref.finalize keeps its live finalizers in a class-level registry; `atexit = False` is its public switch
+    for finalizer, info in list(getattr(weakref.finalize, "_registry", {}).items()):
+        if info.func is release:
+            finalizer.atexit = False
 
 
 def run(main: Callable[..., Any], *args: Any) -> None:

@@ -43,3 +43,36 @@ def test_sys_exit_inside_main_and_an_exception_end_as_before():
                              "def main():\n    raise ValueError('planted')\nrun(main)"],
                             capture_output=True, text=True, timeout=60)
     assert raises.returncode == 1 and "ValueError: planted" in raises.stderr and "Traceback" in raises.stderr
+
+
+def test_torch_operators_are_left_registered_and_other_finalizers_still_run():
+    """PyTorch's libraries unregister their operators at exit (a weakref.finalize each): work for a dispatcher the
+    process drops, skipped; a finalizer of the command's own still runs."""
+    program = textwrap.dedent("""
+        import weakref, torch, torch.library
+        from evoteam.process_exit import run
+
+        real = torch.library._del_library
+        torch.library._del_library = lambda *a: print("unregistered", flush=True)
+        for finalizer, info in list(weakref.finalize._registry.items()):
+            if info.func is real:
+                info.func = torch.library._del_library
+        lib = torch.library.Library("evoteam_exit_test", "DEF")
+        lib.define("probe(Tensor x) -> Tensor")
+
+        class Owned:
+            pass
+
+        kept = Owned()
+        weakref.finalize(kept, lambda: print("own finalizer ran", flush=True))
+
+        def main():
+            print("libraries", sum(i.func is torch.library._del_library for i in weakref.finalize._registry.values()))
+            return 0
+
+        run(main)
+        """)
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.split("libraries ")[1].split()[0]) > 100  # torch's own and the one made here
+    assert "own finalizer ran" in proc.stdout and "unregistered" not in proc.stdout
