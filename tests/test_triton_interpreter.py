@@ -121,3 +121,45 @@ def test_the_dtype_table_and_the_bf16_fp32_shortcuts_give_what_triton_gives_bit_
     out = subprocess.run([sys.executable, "-c", EQUAL], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.split() == ["same"], out.stderr[-3000:]
+
+
+BLOCKS = r"""
+import triton.language as tl
+import triton.runtime.interpreter
+from evoteam import triton_interpreter
+
+f32, ptr, cptr = tl.float32, tl.pointer_type(tl.float32), tl.pointer_type(tl.float32, const=True)
+cases = [(f32, [4, 8]), (f32, [4, 8]), (tl.bfloat16, [4, 8]), (f32, [8, 4]), (ptr, [16]), (cptr, [16]),
+         (tl.pointer_type(ptr), [2])]
+before = [tl.block_type(*c) for c in cases]
+assert tl.block_type(f32, [4, 8]) is not tl.block_type(f32, [4, 8])
+assert triton_interpreter.apply()
+after = [tl.block_type(*c) for c in cases]
+for b, a in zip(before, after):  # what triton built, field for field
+    assert (a.name, a.shape, a.numel, str(a.element_ty)) == (b.name, b.shape, b.numel, str(b.element_ty)), (a, b)
+    assert a == b and type(a) is type(b)
+assert after[0] is after[1] is tl.block_type(f32, [4, 8])  # one per element type and shape
+assert len({id(a) for a in after[1:]}) == len(after) - 1  # another type, shape, constness: another block type
+assert after[4].element_ty.const is False and after[5].element_ty.const is True
+
+
+class Sub(tl.block_type):
+    pass
+
+
+assert type(Sub(f32, [4])) is Sub and Sub(f32, [4]) is not Sub(f32, [4])
+for shape, error in (([], TypeError), ((4, 8), AssertionError)):  # as triton refuses them
+    try:
+        tl.block_type(f32, shape)
+        raise SystemExit(f"no error for the shape {shape!r}")
+    except error:
+        pass
+print("same")
+"""
+
+
+def test_block_types_are_made_once_per_element_type_and_shape_and_read_as_triton_made_them():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", BLOCKS], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["same"], out.stderr[-3000:]
