@@ -69,9 +69,9 @@ lint: $(VENV)/.installed-dev
 # TEST_WORKERS=0 runs them in this process, one after another. The slowest 30 are listed
 # at the end: where the suite's time goes, in every CI log.
 # Python keeps its bytecode (__pycache__, ignored by git) during the tests, even where the environment asks it not to
-# (PYTHONDONTWRITEBYTECODE=1, as the development VM sets it): else every worker rewrites every test module and every process
-# the tests start compiles the package afresh (collecting the suite: 8.9 CPU-s a worker without, 5.6 with). A
-# candidate's sandbox is read-only and still writes none.
+# (PYTHONDONTWRITEBYTECODE=1, as the development VM sets it): else every worker rewrites every test module and every
+# process the tests start compiles the package afresh (collecting the suite: 8.9 CPU-s a worker without, 5.6 with).
+# A candidate's sandbox is read-only and still writes none.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 test: lint sandbox
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(ARGS)
