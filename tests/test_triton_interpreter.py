@@ -116,11 +116,16 @@ print("same")
 """
 
 
-def test_the_dtype_table_and_the_bf16_fp32_shortcuts_give_what_triton_gives_bit_for_bit():
+def _assert_prints_same(script: str) -> None:
+    """Run `script` in a fresh process under the interpreter: it ends printing "same" alone."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", EQUAL], cwd=REPO, env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.split() == ["same"], out.stderr[-3000:]
+
+
+def test_the_dtype_table_and_the_bf16_fp32_shortcuts_give_what_triton_gives_bit_for_bit():
+    _assert_prints_same(EQUAL)
 
 
 BLOCKS = r"""
@@ -159,7 +164,4 @@ print("same")
 
 
 def test_block_types_are_made_once_per_element_type_and_shape_and_read_as_triton_made_them():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", BLOCKS], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0 and out.stdout.split() == ["same"], out.stderr[-3000:]
+    _assert_prints_same(BLOCKS)
