@@ -203,8 +203,6 @@ def _block_types_made_once() -> None:
     import triton.language.core as core
 
     block, pointer = core.block_type, core.pointer_type
-    if getattr(block, _APPLIED, False):
-        return
     made: dict = {}
     build = block.__init__
 
@@ -231,4 +229,3 @@ def _block_types_made_once() -> None:
 
     block.__new__ = new
     block.__init__ = init
-    setattr(block, _APPLIED, True)
