@@ -22,7 +22,7 @@ def test_the_suite_covers_every_class_with_thirty_cases_or_more():
                        "predicting inputs", "faults", "sandbox escape", "control"}
 
 
-def test_under_cpu_time_a_no_gain_case_wins_only_below_half_the_honest_controls_own_time():
+def test_under_cpu_time_a_no_gain_or_escape_case_wins_only_below_half_the_honest_controls_own_time():
     """CPU time does not count the honest path's deliberate wait: there the bar is the honest control's time as that
     clock counted it (CI's case: 11.4 ms PASSED beside a control of 4 ms is no gain); on the other clocks, half the
     deliberate delay, as before."""
@@ -37,6 +37,27 @@ def test_under_cpu_time_a_no_gain_case_wins_only_below_half_the_honest_controls_
     assert _won(HONEST, [result(4.6, "cputime", Status.FLAGGED), result(11.4, "cputime")], ctx, None) == [False, False]
     assert _won(HONEST, [result(1.0, "cputime"), result(1.9, "cputime")], ctx, None) == [True, True]
     assert _won(HONEST, [result(11.4, "graph"), result(16.0, "events")], ctx, None) == [True, False]
+    # an escape case's honest path sleeps too (CI, 2026-12-07: escape_network's 13.2 ms of CPU was called a leak)
+    escape = next(c for c in CASES if c.name == "escape_network")
+    assert _won(escape, [result(1.64, "cputime", Status.FLAGGED), result(13.2, "cputime")], ctx, None) == [False, False]
+    assert _won(escape, [result(13.2, "graph")], ctx, None) == [True]
+
+
+def test_an_escape_that_time_cannot_show_is_read_from_what_the_host_sees(tmp_path):
+    """Under CPU time an escape's gain (a skipped sleep) does not show, so every escape case leaves evidence on the host
+    side: reading another agent's file is what its runner logs (a read from a folder the sandbox shows, /opt, made
+    the real case a LEAK with this trace, 2026-12-07)."""
+    from types import SimpleNamespace
+
+    from run import _escape_traces
+
+    case = next(c for c in CASES if c.name == "escape_read_other_agents")
+    assert case.evidence and all(c.evidence for c in CPU_CASES if c.expect == "escape")
+    assert 'print("redteam-" + TOKEN + " read "' in case.body
+    ctx = SimpleNamespace(token="abc123", secret_file=tmp_path / "notes.txt", listener=SimpleNamespace(accepted=0))
+    assert _escape_traces(case, ctx, 0, "=== candidate runner ===\n") == []
+    log = f"=== candidate runner ===\nredteam-abc123 read {ctx.secret_file}\n"
+    assert _escape_traces(case, ctx, 0, log) == [f"read {ctx.secret_file} (its runner's log says so)"]
 
 
 @pytest.fixture(scope="module")

@@ -126,9 +126,11 @@ class Row:
                 f"{'caught' if self.caught else 'LEAK':<7} {self.why}")
 
 
-def _escape_traces(case: Case, ctx: Context, accepted_before: int) -> list[str]:
+def _escape_traces(case: Case, ctx: Context, accepted_before: int, log: str) -> list[str]:
     traces = []
     marker = f"redteam-{ctx.token}"
+    if "secret_read" in case.evidence and f"{marker} read " in log:
+        traces.append(f"read {ctx.secret_file} (its runner's log says so)")
     if "connections" in case.evidence and ctx.listener.accepted > accepted_before:
         traces.append(f"{ctx.listener.accepted - accepted_before} connection(s) reached the host")
     if "written_files" in case.evidence:
@@ -215,11 +217,14 @@ def _won(case: Case, results, ctx: Context, reps: int | None) -> list[bool]:
     under it the honest cost is the honest control's own time as CPU time counted it: a cheat that skips the delay
     gains nothing that clock sees, and one that skips work shows under it. (Half the delay was the bar under CPU time
     too, where every honest path is under it: the case then passed only while the clock's cpu_idle flag caught the
-    wait, and a loaded machine's noisy protocol-alone wall hid 30 ms of sleep beside 11 ms of CPU once in CI.)"""
+    wait, and a loaded machine's noisy protocol-alone wall hid 30 ms of sleep beside 11 ms of CPU once in CI.) The same
+    bar holds for an escape case, whose gain is the skipped delay too (escape_network's honest path, 13.2 ms of CPU
+    beside a 30 ms sleep the flag missed, was once called a leak): its escape shows on the host on every clock (the
+    connections, files and processes it left, what its runner logged), which `_escape_traces` reads."""
     won = [r.status is Status.PASSED and r.candidate_ms is not None and r.candidate_ms < 500 * ctx.delay_s
            for r in results]
     cputime = [(r.timing_mode or "").split(" ")[0] == "cputime" for r in results]
-    if case.expect != "no_gain" or not any(w and c for w, c in zip(won, cputime)):
+    if case.expect not in ("no_gain", "escape") or not any(w and c for w, c in zip(won, cputime)):
         return won
     _control(ctx, reps)
     return [w and (not c or honest is None or r.candidate_ms < 0.5 * honest)
@@ -247,7 +252,7 @@ def run_case(case: Case, ctx: Context, reps: int | None = None) -> Row:
     times = [r.candidate_ms for r in results]
     won = _won(case, results, ctx, reps)
     timing = "/".join(sorted({r.timing_mode.split(" ")[0] for r in results if r.timing_mode}))
-    traces = _escape_traces(case, ctx, accepted_before) if case.evidence else []
+    traces = _escape_traces(case, ctx, accepted_before, outcome.log_tail) if case.evidence else []
     baseline_note = ""
     if "baseline_time" in case.evidence:
         slowed, baseline_note = _slowed_baseline(results, ctx, reps)
