@@ -92,3 +92,36 @@ def test_the_timeline_gives_the_cpu_to_the_test_that_spent_it(tmp_path):
     missing = subprocess.run([sys.executable, str(REPO / "tests" / "timeline.py"), str(tmp_path)],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode != 0 and "no records in" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_census_gives_each_process_cpu_to_its_role(tmp_path):
+    """`python tests/census.py PACCT`: the kernel's process-accounting records (format v3) summed by role. A runner is
+    a Python started afresh under bubblewrap; what it forks stays in the sandbox's share; a judge forked from its
+    server counts as forked; a compile counts as a build wherever it ran; the times are the kernel's comp_t."""
+    import struct
+
+    def record(pid, ppid, comm, cpu_ticks, forked=False):
+        comp = cpu_ticks if cpu_ticks < 0x2000 else (cpu_ticks >> 3) | (1 << 13)  # past 13 bits, one octal exponent
+        return struct.pack("<BBHIIIIIIf8H16s", int(forked), 3, 0, 0, 0, 0, pid, ppid, 0, 1.0, comp, 0, 0, 0, 0, 0,
+                           0, 0, comm.encode())
+
+    pacct = tmp_path / "pacct"
+    pacct.write_bytes(b"".join([
+        record(10, 1, "python", 150),  # a test worker (its comm may be a thread's: the role goes by the tree)
+        record(11, 10, "bwrap", 1), record(12, 11, "bwrap", 1),
+        record(13, 12, "python", 8800),  # a candidate's runner: 88 s of CPU, past comp_t's mantissa
+        record(14, 13, "python", 20, forked=True), record(15, 13, "cc1plus", 300),
+        record(16, 10, "jemalloc_bg_thd", 140, forked=True),  # a judge forked from its server
+    ]))
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "census.py"), str(pacct)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    roles = {line.split(None, 2)[2].split(" (")[0]: float(line.split()[0]) for line in
+             out.stdout.split("by role:")[1].split("\nthe ")[0].splitlines()[1:]}
+    assert roles == {"the candidates' runners": 88.0, "started afresh": 1.5, "forked without exec": 1.4,
+                     "C++ builds": 3.0, "the rest in a sandbox": 0.2, "other": 0.0}, out.stdout
+    assert out.stdout.startswith("7 processes ended, 94 CPU-s"), out.stdout
+    (tmp_path / "bad").write_bytes(b"\0" * 63)
+    bad = subprocess.run([sys.executable, str(REPO / "tests" / "census.py"), str(tmp_path / "bad")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "not a Linux process-accounting file" in bad.stderr and "Traceback" not in bad.stderr
