@@ -30,11 +30,16 @@ COMPILERS = {"cc1plus", "cc1", "as", "ld", "collect2", "c++", "g++", "gcc", "nin
 CONTAINERS = {"podman", "conmon", "crun", "runc", "catatonit", "podman-init", "dpkg-query"}
 RAY = {"raylet", "gcs_server"}
 NODE = {"node", "claude", "codex", "npm"}
-ROLES = ("the candidates' runners (sandboxed, started afresh)",
-         "the rest in a sandbox (its probes, a candidate's children, a coding-agent CLI)",
-         "forked without exec (judges, forked commands, the CPU baseline's runners)",
-         "started afresh (the test workers, commands, servers)", "a Ray cluster's daemons and workers",
-         "containers and their engine", "C++ builds", "Chromium", "Node (the coding-agent CLIs)", "other")
+RUNNERS = "the candidates' runners (sandboxed, started afresh)"
+IN_SANDBOX = "the rest in a sandbox (its probes, a candidate's children, a coding-agent CLI)"
+FORKED = "forked without exec (judges, forked commands, the CPU baseline's runners)"
+AFRESH = "started afresh (the test workers, commands, servers)"
+RAY_CLUSTER = "a Ray cluster's daemons and workers"
+CONTAINER = "containers and their engine"
+BUILDS = "C++ builds"
+CHROMIUM = "Chromium"
+NODE_CLIS = "Node (the coding-agent CLIs)"
+OTHER = "other"
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,17 @@ def read(path: Path) -> list[Process]:
     return out
 
 
+def _totals(processes: list[Process], key) -> dict[str, tuple[int, float]]:
+    """key(process) -> (processes, CPU-s), the costliest first."""
+    count: collections.Counter = collections.Counter()
+    cpu: collections.Counter = collections.Counter()
+    for p in processes:
+        name = key(p)
+        count[name] += 1
+        cpu[name] += p.cpu_s
+    return {name: (count[name], cpu[name]) for name, _ in cpu.most_common()}
+
+
 def roles(processes: list[Process]) -> dict[str, tuple[int, float]]:
     """Role -> (processes, CPU-s). A process recorded twice (its pid reused) is matched to the later parent."""
     by_pid = {p.pid: p for p in processes}
@@ -80,43 +96,34 @@ def roles(processes: list[Process]) -> dict[str, tuple[int, float]]:
         names = {a.comm for a in chain}
         parent = chain[0].comm if chain else ""
         if p.comm == "bwrap":
-            return ROLES[9]
+            return OTHER
         if p.comm in COMPILERS:  # a C++ solution's build, in its sandbox or not
-            return ROLES[6]
+            return BUILDS
         if "bwrap" in names:
-            return ROLES[0] if parent == "bwrap" and not p.forked and p.comm.startswith("python") else ROLES[1]
+            return RUNNERS if parent == "bwrap" and not p.forked and p.comm.startswith("python") else IN_SANDBOX
         if p.comm in RAY or p.comm.startswith("ray::") or names & RAY:
-            return ROLES[4]
+            return RAY_CLUSTER
         if p.comm in CONTAINERS or names & {"conmon", "podman-init"}:
-            return ROLES[5]
+            return CONTAINER
         if p.comm == "chromium" or "chromium" in names:
-            return ROLES[7]
+            return CHROMIUM
         if p.comm in NODE or parent in NODE:
-            return ROLES[8]
-        return ROLES[2] if p.forked else ROLES[3] if p.cpu_s >= 0.05 or "python" in p.comm else ROLES[9]
+            return NODE_CLIS
+        if p.forked:
+            return FORKED
+        return AFRESH if p.cpu_s >= 0.05 or "python" in p.comm else OTHER
 
-    totals: dict[str, list] = {r: [0, 0.0] for r in ROLES}
-    for p in processes:
-        entry = totals[role(p)]
-        entry[0] += 1
-        entry[1] += p.cpu_s
-    return {r: (n, cpu) for r, (n, cpu) in totals.items() if n}
+    return _totals(processes, role)
 
 
 def report(path: Path, top: int = 15) -> str:
     processes = read(path)
     lines = [f"{len(processes)} processes ended, {sum(p.cpu_s for p in processes):.0f} CPU-s (user and system)",
              "by role:  CPU-s  processes"]
-    lines += [f"  {cpu:9.1f} {n:6d}  {role}" for role, (n, cpu) in sorted(roles(processes).items(),
-                                                                           key=lambda kv: -kv[1][1])]
-    by_name: collections.Counter = collections.Counter()
-    count: collections.Counter = collections.Counter()
-    for p in processes:
-        name = p.comm + (" (forked)" if p.forked else "")
-        by_name[name] += p.cpu_s
-        count[name] += 1
+    lines += [f"  {cpu:9.1f} {n:6d}  {role}" for role, (n, cpu) in roles(processes).items()]
+    by_name = _totals(processes, lambda p: p.comm + (" (forked)" if p.forked else ""))
     lines.append(f"the {top} costliest names:  CPU-s  processes")
-    lines += [f"  {cpu:9.1f} {count[name]:6d}  {name}" for name, cpu in by_name.most_common(top)]
+    lines += [f"  {cpu:9.1f} {n:6d}  {name}" for name, (n, cpu) in list(by_name.items())[:top]]
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "redteam"))
 
 from cases import CASES, cases_for  # noqa: E402
-from run import HONEST, _won, make_context, run_case  # noqa: E402
+from run import HONEST, _escape_traces, _won, make_context, run_case  # noqa: E402
 
 CPU_CASES = cases_for("cpu")
 
@@ -48,8 +48,6 @@ def test_an_escape_that_time_cannot_show_is_read_from_what_the_host_sees(tmp_pat
     side: reading another agent's file is what its runner logs (a read from a folder the sandbox shows, /opt, made
     the real case a LEAK with this trace, 2026-12-07)."""
     from types import SimpleNamespace
-
-    from run import _escape_traces
 
     case = next(c for c in CASES if c.name == "escape_read_other_agents")
     assert case.evidence and all(c.evidence for c in CPU_CASES if c.expect == "escape")
